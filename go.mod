@@ -1,0 +1,3 @@
+module github.com/tokenlimit/tokenlimit
+
+go 1.26
