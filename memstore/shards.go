@@ -1,0 +1,91 @@
+package memstore
+
+import (
+	"hash/maphash"
+	"slices"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/algo"
+)
+
+func (s *Store) shardOf(key string) int {
+	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
+}
+
+// lock locks the shards that hold items, in index order so that concurrent
+// multi-item checks cannot deadlock, sweeps those that are due at now, and
+// returns the function that unlocks them.
+func (s *Store) lock(items []tokenlimit.Item, now int64) (unlock func()) {
+	if len(items) == 1 {
+		sh := &s.shards[s.shardOf(items[0].Key)]
+		sh.mu.Lock()
+		s.sweepDue(sh, now)
+		return sh.mu.Unlock
+	}
+	idx := make([]int, len(items))
+	for i := range items {
+		idx[i] = s.shardOf(items[i].Key)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		s.shards[i].mu.Lock()
+		s.sweepDue(&s.shards[i], now)
+	}
+	return func() {
+		for _, i := range idx {
+			s.shards[i].mu.Unlock()
+		}
+	}
+}
+
+// sweepDue drops the shard's expired entries if SweepInterval has passed
+// since its last sweep. The caller holds the shard's lock.
+func (s *Store) sweepDue(sh *shard, now int64) {
+	if now-sh.lastSweep < s.sweep {
+		return
+	}
+	sh.lastSweep = now
+	for k, e := range sh.entries {
+		if e.expires <= now {
+			delete(sh.entries, k)
+			s.keys.Add(-1)
+		}
+	}
+}
+
+// lookup returns key's live entry, or nil if it has none or it expired.
+// The caller holds the key's shard lock.
+func (s *Store) lookup(alg tokenlimit.Algorithm, key string, now int64) *entry {
+	e := s.shards[s.shardOf(key)].entries[mapKey{alg, key}]
+	if e == nil || e.expires <= now {
+		return nil
+	}
+	return e
+}
+
+// create makes key's entry, replacing an expired one, whose slot in the key
+// count the new entry takes over. The caller holds the key's shard lock and
+// has counted the new key with reserveKeys.
+func (s *Store) create(alg tokenlimit.Algorithm, key string) *entry {
+	sh := &s.shards[s.shardOf(key)]
+	k := mapKey{alg, key}
+	if _, expired := sh.entries[k]; expired {
+		s.keys.Add(-1)
+	}
+	e := &entry{}
+	if alg == tokenlimit.SlidingLog {
+		e.log = &algo.Log{}
+	}
+	sh.entries[k] = e
+	return e
+}
+
+// remove deletes key's entry. The caller holds the key's shard lock.
+func (s *Store) remove(alg tokenlimit.Algorithm, key string) {
+	sh := &s.shards[s.shardOf(key)]
+	if _, ok := sh.entries[mapKey{alg, key}]; ok {
+		delete(sh.entries, mapKey{alg, key})
+		s.keys.Add(-1)
+	}
+}

@@ -1,0 +1,79 @@
+-- bucket.lua: the token bucket and GCRA; mirrors algo.Bucket.
+-- State: the theoretical arrival time "tat" (an integer, so Redis stores it
+-- in 8 bytes) or "tat:frac" when the interval leaves a fraction of a µs.
+
+local function tb_load(key, now)
+  local st = parse(redis.call('GET', key))
+  if not st or st[1] < now then
+    return now, 0
+  end
+  return st[1], st[2] or 0
+end
+
+local function tb_add(tat, frac, cost, num, den)
+  local units = frac + cost * num
+  local q = fdiv(units, den)
+  return tat + q, units - q * den
+end
+
+local function tb_remaining(cap, num, den, tat, frac, now)
+  local ahead = tat - now
+  if ahead > fdiv(cap * num, den) + 1 then
+    return 0
+  end
+  return math.max(0, cap - cdiv(ahead * den + frac, num))
+end
+
+local function tb_reset(tat, frac, now)
+  if frac > 0 then
+    return tat - now + 1
+  end
+  return tat - now
+end
+
+local function tb_encode(tat, frac)
+  if frac == 0 then
+    return int(tat)
+  end
+  return int(tat) .. ':' .. int(frac)
+end
+
+local function tb_check(key, cap, num, den, now, cost)
+  local tat, frac = tb_load(key, now)
+  local remaining, reset = tb_remaining(cap, num, den, tat, frac, now), tb_reset(tat, frac, now)
+  if cost > cap then
+    return 0, 1, remaining, 0, reset
+  end
+  if cost == 0 then
+    return 1, 0, remaining, 0, reset
+  end
+  local ntat, nfrac = tb_add(tat, frac, cost, num, den)
+  local cap_q = fdiv(cap * num, den)
+  local cap_r = cap * num - cap_q * den
+  local ahead = ntat - now - cap_q
+  if ahead > 0 or (ahead == 0 and nfrac > cap_r) then
+    if nfrac > cap_r then
+      ahead = ahead + 1
+    end
+    return 0, 0, remaining, ahead, reset
+  end
+  return 1, 0, tb_remaining(cap, num, den, ntat, nfrac, now), 0, tb_reset(ntat, nfrac, now), tb_encode(ntat, nfrac)
+end
+
+local function tb_adjust(key, cap, num, den, now, delta, pad)
+  local tat, frac = tb_load(key, now)
+  if delta >= 0 then
+    tat, frac = tb_add(tat, frac, delta, num, den)
+  else
+    local back = -delta * num
+    local q = fdiv(back, den)
+    tat, frac = tat - q, frac - (back - q * den)
+    if frac < 0 then
+      tat, frac = tat - 1, frac + den
+    end
+    if tat < now then
+      tat, frac = now, 0
+    end
+  end
+  store(key, tb_encode(tat, frac), tb_reset(tat, frac, now), pad)
+end

@@ -1,0 +1,69 @@
+-- lib.lua: integer helpers shared by the algorithms. Lua 5.1 numbers are
+-- doubles: integers up to 2^53 are exact, but a/b is rounded, so every
+-- division goes through fdiv. Times are microseconds since the Unix epoch.
+
+-- floor(a/b) for integers a, b with b > 0, exact for |a| < 2^53.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+-- ceil(a/b) for a >= 0, b > 0.
+local function cdiv(a, b)
+  return fdiv(a + b - 1, b)
+end
+
+-- The start of the epoch-aligned window of length len holding now, never
+-- before floor (a clock that steps back stays in the newest window seen).
+local function window_start(now, len, floor)
+  return math.max(fdiv(now, len) * len, floor)
+end
+
+-- Integers stored as "a:b:c" in one string (one allocation-free parse).
+local function parse(s)
+  if not s then
+    return nil
+  end
+  local t = {}
+  for part in string.gmatch(s, '[^:]+') do
+    t[#t + 1] = tonumber(part)
+  end
+  return t
+end
+
+-- Writes value to key with a TTL of ttl_us rounded up to whole ms (plus the
+-- caller's padding), or deletes the key when ttl_us is 0: nothing is kept
+-- longer than its state means something.
+local function store(key, value, ttl_us, pad_ms)
+  if ttl_us <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, value, 'PX', cdiv(ttl_us, 1000) + pad_ms)
+  end
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- The algorithm codes are tokenlimit.Algorithm's values.
+local FIXED_WINDOW, SLIDING_LOG, SLIDING_COUNTER = 1, 2, 3
+-- Bounds shared with package algo (checked by a test).
+local MAX_LOG_ENTRIES = 10000
+local MAX_FIXED_COUNT = 2199023255552 -- 2^41
+local MAX_SLIDING_COUNT = 8589934592 -- 2^33
+
+-- The decision time: the caller's (a decimal string of µs) or the server's.
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end

@@ -1,0 +1,102 @@
+-- sliding_counter.lua: mirrors algo.Window.Sliding and SlidingAdjust.
+-- State "start:cur:prev" in one string key.
+
+local PPM = 1000000
+
+local function sc_shift(st, now, len)
+  local s0, cur, prev = 0, 0, 0
+  if st then
+    s0, cur, prev = st[1], st[2], st[3]
+  end
+  local start = window_start(now, len, s0)
+  if start == s0 then
+    return start, cur, prev
+  elseif start == s0 + len then
+    return start, 0, cur
+  end
+  return start, 0, 0
+end
+
+local function sc_weight(len, elapsed)
+  local len_ms = len / 1000
+  local left_ms = len_ms - fdiv(math.max(0, elapsed), 1000)
+  return cdiv(left_ms * PPM, len_ms)
+end
+
+local function sc_prev_share(len, prev, elapsed)
+  if prev == 0 then
+    return 0
+  end
+  return cdiv(prev * sc_weight(len, elapsed), PPM)
+end
+
+local function sc_reset(len, start, cur, prev, now)
+  if cur > 0 then
+    return start + 2 * len - now
+  elseif prev > 0 then
+    return start + len - now
+  end
+  return 0
+end
+
+-- Earliest time in the window at start when cur + ceil(prev*weight) <= budget.
+local function sc_fit_within(len, start, cur, prev, budget)
+  if cur > budget then
+    return nil
+  end
+  if prev == 0 then
+    return start
+  end
+  local max_weight = fdiv((budget - cur) * PPM, prev)
+  if max_weight >= PPM then
+    return start
+  end
+  local len_ms = len / 1000
+  local max_left_ms = fdiv(max_weight * len_ms, PPM)
+  if max_left_ms < 1 then
+    return nil
+  end
+  return start + (len_ms - max_left_ms) * 1000
+end
+
+local function sc_fit_at(len, start, cur, prev, budget)
+  for _ = 1, 3 do
+    local at = sc_fit_within(len, start, cur, prev, budget)
+    if at then
+      return at
+    end
+    start, cur, prev = start + len, 0, cur
+  end
+  return start
+end
+
+local function sc_check(key, limit, len, now, cost)
+  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len)
+  local est = cur + sc_prev_share(len, prev, now - start)
+  local remaining, reset = math.max(0, limit - est), sc_reset(len, start, cur, prev, now)
+  if cost > limit then
+    return 0, 1, remaining, 0, reset
+  end
+  if cost == 0 then
+    return 1, 0, remaining, 0, reset
+  end
+  if est + cost <= limit then
+    cur = cur + cost
+    return 1, 0, limit - est - cost, 0, sc_reset(len, start, cur, prev, now),
+      int(start) .. ':' .. int(cur) .. ':' .. int(prev)
+  end
+  return 0, 0, remaining, sc_fit_at(len, start, cur, prev, limit - cost) - now, reset
+end
+
+local function sc_adjust(key, limit, len, now, at, delta, pad)
+  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len)
+  local charged = window_start(at, len, 0)
+  if delta > 0 then
+    cur = math.min(cur + delta, MAX_SLIDING_COUNT)
+  elseif charged == start then
+    cur = math.max(0, cur + delta)
+  elseif charged == start - len then
+    prev = math.max(0, prev + delta)
+  end
+  store(key, int(start) .. ':' .. int(cur) .. ':' .. int(prev), sc_reset(len, start, cur, prev, now), pad)
+end

@@ -1,0 +1,182 @@
+// Package redisstore is the tokenlimit.Store on Redis (standalone, Sentinel
+// or Cluster): every Check and every Adjust is exactly one atomic Lua script
+// call (EVALSHA, transparently reloaded after NOSCRIPT), whatever the number
+// of items. By default the decision time is the Redis server's TIME, so
+// gateway replicas with skewed clocks agree.
+//
+// The store speaks to Redis through a Scripter; the subpackages goredisclient
+// and rueidisclient adapt the two common Go clients, so a service brings the
+// client it already has.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// Scripter runs Lua scripts on Redis. Implementations return the script's
+// reply as integers and Redis error replies unchanged (IsNoScript must be able
+// to recognise NOSCRIPT), and are safe for concurrent use.
+type Scripter interface {
+	// EvalSHA runs the script cached under sha (EVALSHA).
+	EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error)
+	// Eval runs the script's source (EVAL), which also caches it.
+	Eval(ctx context.Context, src string, keys, args []string) ([]int64, error)
+}
+
+// IsNoScript reports whether err is Redis' NOSCRIPT error: the script cache
+// lost the script (restart, failover, SCRIPT FLUSH).
+func IsNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// Options configures a Store. The zero value is the production setup.
+type Options struct {
+	// Prefix starts every key. Empty means "rl:".
+	Prefix string
+	// CallerTime makes the store decide at the now passed to Check and
+	// Adjust instead of the Redis server's TIME. For tests that drive a fake
+	// clock; in production, server time keeps replicas consistent.
+	CallerTime bool
+	// TTLPadding is added to every key's TTL. Keys always expire as soon as
+	// their state is empty; padding only matters when the caller's clock
+	// (CallerTime) runs ahead of or behind the server's.
+	TTLPadding time.Duration
+}
+
+// Store is the Redis store. It is safe for concurrent use.
+type Store struct {
+	client Scripter
+	prefix string
+	caller bool
+	padMs  string
+	check  script
+	adjust script
+}
+
+var _ tokenlimit.Store = (*Store)(nil)
+
+// New returns a store that runs its scripts through client.
+func New(client Scripter, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: New: client is nil")
+	}
+	if opts.TTLPadding < 0 {
+		return nil, fmt.Errorf("redisstore: New: TTLPadding must not be negative, got %s", opts.TTLPadding)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "rl:"
+	}
+	return &Store{
+		client: client,
+		prefix: opts.Prefix,
+		caller: opts.CallerTime,
+		padMs:  strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
+		check:  newScript(checkSource),
+		adjust: newScript(adjustSource),
+	}, nil
+}
+
+// Check implements tokenlimit.Store in one script call.
+func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	if err := tokenlimit.ValidateItems(items, results); err != nil {
+		return now, fmt.Errorf("redisstore: %w", err)
+	}
+	keys, args := make([]string, 0, len(items)+1), s.header(now, 5*len(items))
+	for _, it := range items {
+		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
+		args = appendParams(args, it.Limit, it.Cost)
+	}
+	reply, err := s.run(ctx, s.check, keys, args)
+	if err != nil {
+		return now, fmt.Errorf("redisstore: check: %w", err)
+	}
+	if len(reply) != 1+5*len(items) {
+		return now, fmt.Errorf("redisstore: check: reply has %d values, want %d", len(reply), 1+5*len(items))
+	}
+	for i, it := range items {
+		results[i] = toResult(it.Limit, reply[1+5*i:6+5*i])
+	}
+	return time.UnixMicro(reply[0]), nil
+}
+
+// Adjust implements tokenlimit.Store in one script call.
+func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+	if err := tokenlimit.ValidateAdjustments(adjustments); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if len(adjustments) == 0 {
+		return nil
+	}
+	keys, args := make([]string, 0, len(adjustments)+1), s.header(now, 6*len(adjustments))
+	for _, a := range adjustments {
+		keys = s.appendKeys(keys, a.Key, a.Limit.Algorithm)
+		args = appendParams(args, a.Limit, a.Delta)
+		args = append(args, strconv.FormatInt(a.ChargedAt.UnixMicro(), 10))
+	}
+	if _, err := s.run(ctx, s.adjust, keys, args); err != nil {
+		return fmt.Errorf("redisstore: adjust: %w", err)
+	}
+	return nil
+}
+
+// header starts a script's ARGV: the caller's time or "" for server time,
+// and the TTL padding.
+func (s *Store) header(now time.Time, more int) []string {
+	args := make([]string, 2, 2+more)
+	if s.caller {
+		args[0] = strconv.FormatInt(now.UnixMicro(), 10)
+	}
+	args[1] = s.padMs
+	return args
+}
+
+// appendParams adds an item's algorithm, parameters and cost (or delta).
+func appendParams(args []string, l tokenlimit.Limit, cost int64) []string {
+	p1, p2, p3 := l.Quota, l.Period.Microseconds(), int64(0)
+	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
+		p1 = l.Capacity()
+		p2, p3 = l.Interval()
+	}
+	return append(args, strconv.Itoa(int(l.Algorithm)), strconv.FormatInt(p1, 10),
+		strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), strconv.FormatInt(cost, 10))
+}
+
+func toResult(l tokenlimit.Limit, v []int64) tokenlimit.Result {
+	return tokenlimit.Result{
+		Allowed:          v[0] == 1,
+		CostExceedsLimit: v[1] == 1,
+		Limit:            l.Capacity(),
+		Remaining:        v[2],
+		RetryAfter:       time.Duration(v[3]) * time.Microsecond,
+		ResetAfter:       time.Duration(v[4]) * time.Microsecond,
+	}
+}
+
+// run calls the script by SHA and, if Redis lost it, by source, which
+// reloads it: one round trip normally, two after a restart or SCRIPT FLUSH.
+func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
+	if IsNoScript(err) {
+		reply, err = s.client.Eval(ctx, sc.src, keys, args)
+	}
+	return reply, err
+}
+
+type script struct {
+	src string
+	sha string
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}

@@ -1,0 +1,202 @@
+package tokenlimit
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Sentinel errors. Stores wrap them with context; test with errors.Is.
+var (
+	// ErrInvalid marks invalid input: a limit, key, cost or adjustment that
+	// breaks the rules. Nothing in the store changes. Every *FieldError
+	// matches it.
+	ErrInvalid = errors.New("invalid input")
+	// ErrStoreFull means an in-memory store reached its bound on live keys
+	// and refused to create another; existing keys are never evicted.
+	ErrStoreFull = errors.New("store is full")
+	// ErrSettled means a Reservation was already settled or cancelled.
+	ErrSettled = errors.New("reservation already settled")
+)
+
+// Bounds on one store call.
+const (
+	// MaxCost is the largest cost or adjustment one item may carry: 2^40.
+	MaxCost = MaxQuota
+	// MaxItems is the most items one Check (or adjustments one Adjust) may
+	// carry. Items must have distinct (key, algorithm) pairs: each pair is
+	// one budget.
+	MaxItems = 32
+)
+
+// Item is one limit to check for a request: which budget (Limit), whose
+// budget (Key) and how much of it the request takes (Cost).
+type Item struct {
+	// Key identifies the budget, such as "user=alice" or "{tenant=acme}:chat".
+	// It must be 1..MaxKeyLength bytes. The Redis store takes the Cluster hash
+	// tag from it if it has one ("{...}"), and otherwise wraps the whole key
+	// in braces, so items that must be checked together on Redis Cluster
+	// should share a tag.
+	Key string
+	// Limit is the budget's definition.
+	Limit Limit
+	// Cost is what the request takes from the budget, 0..MaxCost. Zero peeks:
+	// the result reports the state without charging anything.
+	Cost int64
+}
+
+// Validate reports whether the item can be checked; its error is a
+// *FieldError naming the field.
+func (it Item) Validate() error {
+	if err := it.Limit.Validate(); err != nil {
+		return err
+	}
+	return validateKeyCost(it.Key, "cost", it.Cost, 0)
+}
+
+func validateKeyCost(key, costField string, cost, minCost int64) error {
+	switch {
+	case key == "":
+		return fieldErr("key", "must not be empty")
+	case len(key) > MaxKeyLength:
+		return fieldErr("key", "must be at most %d bytes, got %d", MaxKeyLength, len(key))
+	case cost < minCost:
+		return fieldErr(costField, "must be at least %d, got %d", minCost, cost)
+	case cost > MaxCost:
+		return fieldErr(costField, "must be at most %d, got %d", int64(MaxCost), cost)
+	}
+	return nil
+}
+
+// Adjustment changes what an earlier, admitted charge took from a budget:
+// it is how reservations are settled (S14).
+type Adjustment struct {
+	// Key and Limit identify the budget, as in the Item that was charged.
+	Key   string
+	Limit Limit
+	// Delta is added to the charge: negative refunds, positive charges more.
+	// |Delta| must be at most MaxCost. An extra charge is taken even if it
+	// puts the budget over its limit (the cost was really incurred); a refund
+	// never raises the budget above its capacity, and returns cost only to a
+	// window that the original charge still counts in.
+	Delta int64
+	// ChargedAt is the time the original charge was decided at, as reported
+	// by Decision.At.
+	ChargedAt time.Time
+}
+
+// Validate reports whether the adjustment can be applied; its error is a
+// *FieldError naming the field.
+func (a Adjustment) Validate() error {
+	if err := a.Limit.Validate(); err != nil {
+		return err
+	}
+	if err := validateKeyCost(a.Key, "delta", a.Delta, -MaxCost); err != nil {
+		return err
+	}
+	if a.Limit.bucketed() {
+		num, _ := a.Limit.Interval()
+		if limit := MaxExact / 2 / num; a.Delta > limit || -a.Delta > limit {
+			return fieldErr("delta", "must be within ±%d for %s, got %d", limit, a.Limit, a.Delta)
+		}
+	}
+	return nil
+}
+
+// Result is one limit's answer for one item.
+//
+// For example, with TokenBucketLimit(10, 2, time.Second) and a full bucket, a
+// cost of 3 is allowed with Remaining 7 and ResetAfter 1.5s; with 2 tokens
+// left, a cost of 3 is denied with Remaining 2 and RetryAfter 500ms.
+type Result struct {
+	// Allowed reports whether this limit alone admits the item's cost. In a
+	// check of several items the request is admitted, and anything charged,
+	// only if every item is allowed (Decision.Allowed); when it is not,
+	// Remaining and ResetAfter describe the uncharged state for every item.
+	Allowed bool
+	// Limit is the most cost this limit admits at once (Limit.Capacity).
+	Limit int64
+	// Remaining is the cost this limit would still admit right now, after
+	// this decision's charge if the decision admitted the request. 0..Limit.
+	Remaining int64
+	// RetryAfter is 0 when allowed. When denied, it is how long until this
+	// same cost could be admitted if nothing else is charged meanwhile; it is
+	// 0 too when CostExceedsLimit, since waiting cannot help.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the budget is fully replenished
+	// (Remaining == Limit) if nothing else is charged; 0 if it already is.
+	ResetAfter time.Duration
+	// CostExceedsLimit reports that the cost is above what the limit can ever
+	// admit (Cost > Limit): the item is denied and retrying cannot succeed.
+	CostExceedsLimit bool
+}
+
+// Store decides and records charges against budgets. Implementations are safe
+// for concurrent use by multiple goroutines (and, for the Redis store, by
+// multiple processes).
+type Store interface {
+	// Check decides items at time now, all or nothing: if every item is
+	// allowed, every item's cost is charged; otherwise nothing is charged.
+	// It writes one Result per item into results, which must have the same
+	// length as items, and returns the time it decided at: now, or the Redis
+	// server's clock for a Redis store in server-time mode.
+	// Invalid items return an error matching ErrInvalid and change nothing.
+	Check(ctx context.Context, now time.Time, items []Item, results []Result) (time.Time, error)
+	// Adjust applies adjustments at time now atomically: all or, on an error,
+	// none. Adjustments never deny.
+	Adjust(ctx context.Context, now time.Time, adjustments []Adjustment) error
+}
+
+// ValidateItems checks items and results for a Store.Check call; stores call
+// it before touching any state. Its error matches ErrInvalid and names the
+// index of the offending item.
+func ValidateItems(items []Item, results []Result) error {
+	if len(items) == 0 {
+		return fieldErr("items", "at least one item is required")
+	}
+	if len(items) > MaxItems {
+		return fieldErr("items", "at most %d items per check, got %d", MaxItems, len(items))
+	}
+	if len(results) != len(items) {
+		return fieldErr("results", "need one result per item: %d items, %d results", len(items), len(results))
+	}
+	for i := range items {
+		if err := items[i].Validate(); err != nil {
+			return indexed("items", i, err)
+		}
+		for j := range i {
+			if items[j].Key == items[i].Key && items[j].Limit.Algorithm == items[i].Limit.Algorithm {
+				return fieldErr("items["+strconv.Itoa(i)+"].key", "%q under %s repeats items[%d]: one budget per key and algorithm", items[i].Key, items[i].Limit.Algorithm, j)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateAdjustments checks adjustments for a Store.Adjust call, like
+// ValidateItems.
+func ValidateAdjustments(adjustments []Adjustment) error {
+	if len(adjustments) > MaxItems {
+		return fieldErr("adjustments", "at most %d per call, got %d", MaxItems, len(adjustments))
+	}
+	for i, a := range adjustments {
+		if err := a.Validate(); err != nil {
+			return indexed("adjustments", i, err)
+		}
+		for j := range i {
+			if adjustments[j].Key == a.Key && adjustments[j].Limit.Algorithm == a.Limit.Algorithm {
+				return fieldErr("adjustments["+strconv.Itoa(i)+"].key", "%q under %s repeats adjustments[%d]", a.Key, a.Limit.Algorithm, j)
+			}
+		}
+	}
+	return nil
+}
+
+func indexed(list string, i int, err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: list + "[" + strconv.Itoa(i) + "]." + fe.Field, Reason: fe.Reason}
+	}
+	return err
+}

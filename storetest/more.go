@@ -1,0 +1,170 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// exactLimits are the limits the concurrency proof runs: each admits exactly
+// 100 at one instant.
+func exactLimits() []tokenlimit.Limit {
+	return []tokenlimit.Limit{
+		tokenlimit.FixedWindowLimit(100, time.Minute),
+		tokenlimit.SlidingLogLimit(100, time.Minute),
+		tokenlimit.SlidingCounterLimit(100, time.Minute),
+		tokenlimit.TokenBucketLimit(100, 1, time.Minute),
+		tokenlimit.GCRALimit(99, 1, time.Minute),
+	}
+}
+
+// runConcurrency: two replicas × 64 goroutines hammer one key at one
+// instant; exactly the capacity is admitted, and weighted costs never
+// overshoot it.
+func runConcurrency(t *testing.T, open Open) {
+	for _, l := range exactLimits() {
+		t.Run(l.Algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			env := open(t)
+			replicas := []tokenlimit.Store{env.Replica(), env.Replica()}
+			admitted := hammer(t, replicas, l, "one", func(int) int64 { return 1 })
+			if admitted != l.Capacity() {
+				t.Errorf("admitted %d, want exactly %d", admitted, l.Capacity())
+			}
+			weighted := hammer(t, replicas, l, "weighted", func(i int) int64 { return int64(1 + i%3) })
+			if left := peek(t, replicas[0], l, "weighted").Remaining; weighted > l.Capacity() || left != l.Capacity()-weighted {
+				t.Errorf("weighted: admitted %d with %d left, want at most %d in all", weighted, left, l.Capacity())
+			}
+		})
+	}
+}
+
+// hammer runs 64 goroutines per replica, 3 attempts each, at Base, and
+// returns the total cost admitted.
+func hammer(t *testing.T, replicas []tokenlimit.Store, l tokenlimit.Limit, key string, cost func(int) int64) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, st := range replicas {
+		for g := range 64 {
+			wg.Go(func() {
+				for a := range 3 {
+					c := cost(g + a)
+					items := []tokenlimit.Item{{Key: key, Limit: l, Cost: c}}
+					results := make([]tokenlimit.Result, 1)
+					if _, err := st.Check(context.Background(), Base, items, results); err != nil {
+						t.Error(err)
+						return
+					}
+					if results[0].Allowed {
+						admitted.Add(c)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+func peek(t *testing.T, st tokenlimit.Store, l tokenlimit.Limit, key string) tokenlimit.Result {
+	t.Helper()
+	results := make([]tokenlimit.Result, 1)
+	if _, err := st.Check(context.Background(), Base, []tokenlimit.Item{{Key: key, Limit: l}}, results); err != nil {
+		t.Fatal(err)
+	}
+	return results[0]
+}
+
+// runInvalid: every kind of bad input is refused with an error naming the
+// field, and a check holding a bad item charges none of its good ones.
+func runInvalid(t *testing.T, open Open) {
+	good := tokenlimit.Item{Key: "good", Limit: tb10at2, Cost: 3}
+	bad := []struct {
+		name  string
+		item  tokenlimit.Item
+		field string
+	}{
+		{"no algorithm", tokenlimit.Item{Key: "x", Limit: tokenlimit.Limit{Quota: 1, Period: s}, Cost: 1}, "algorithm"},
+		{"zero limit", tokenlimit.Item{Key: "x", Limit: tokenlimit.FixedWindowLimit(0, s), Cost: 1}, "quota"},
+		{"negative limit", tokenlimit.Item{Key: "x", Limit: tokenlimit.SlidingLogLimit(-5, s), Cost: 1}, "quota"},
+		{"zero window", tokenlimit.Item{Key: "x", Limit: tokenlimit.SlidingCounterLimit(5, 0), Cost: 1}, "period"},
+		{"negative window", tokenlimit.Item{Key: "x", Limit: tokenlimit.FixedWindowLimit(5, -s), Cost: 1}, "period"},
+		{"window not whole ms", tokenlimit.Item{Key: "x", Limit: tokenlimit.FixedWindowLimit(5, 1500*us), Cost: 1}, "period"},
+		{"burst on a window", tokenlimit.Item{Key: "x", Limit: tokenlimit.Limit{Algorithm: tokenlimit.FixedWindow, Quota: 5, Period: s, Burst: 9}, Cost: 1}, "burst"},
+		{"negative burst", tokenlimit.Item{Key: "x", Limit: tokenlimit.TokenBucketLimit(-1, 1, s), Cost: 1}, "burst"},
+		{"negative cost", tokenlimit.Item{Key: "x", Limit: tb10at2, Cost: -1}, "cost"},
+		{"huge cost", tokenlimit.Item{Key: "x", Limit: tb10at2, Cost: tokenlimit.MaxCost + 1}, "cost"},
+		{"empty key", tokenlimit.Item{Key: "", Limit: tb10at2, Cost: 1}, "key"},
+		{"over-long key", tokenlimit.Item{Key: strings.Repeat("k", tokenlimit.MaxKeyLength+1), Limit: tb10at2, Cost: 1}, "key"},
+		{"repeated key", good, "key"},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			st := open(t).Replica()
+			items := []tokenlimit.Item{good, b.item}
+			_, err := st.Check(context.Background(), Base, items, make([]tokenlimit.Result, 2))
+			var fe *tokenlimit.FieldError
+			switch {
+			case !errors.Is(err, tokenlimit.ErrInvalid) || !errors.As(err, &fe):
+				t.Fatalf("error %v, want a *FieldError matching ErrInvalid", err)
+			case fe.Field != "items[1]."+b.field:
+				t.Errorf("field %q, want %q (error: %v)", fe.Field, "items[1]."+b.field, err)
+			}
+			if got := peek(t, st, tb10at2, "good"); got.Remaining != 10 {
+				t.Errorf("after the refused check the good item has %d left, want 10 (nothing charged)", got.Remaining)
+			}
+		})
+	}
+	t.Run("results of the wrong length", func(t *testing.T) {
+		st := open(t).Replica()
+		_, err := st.Check(context.Background(), Base, []tokenlimit.Item{good}, nil)
+		if !errors.Is(err, tokenlimit.ErrInvalid) {
+			t.Fatalf("error %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("adjustment delta out of range", func(t *testing.T) {
+		st := open(t).Replica()
+		err := st.Adjust(context.Background(), Base, []tokenlimit.Adjustment{{Key: "good", Limit: tb10at2, Delta: -tokenlimit.MaxCost - 1, ChargedAt: Base}})
+		var fe *tokenlimit.FieldError
+		if !errors.As(err, &fe) || fe.Field != "adjustments[0].delta" {
+			t.Fatalf("error %v, want a *FieldError for adjustments[0].delta", err)
+		}
+	})
+}
+
+// runScriptFlush: a store that loses its cached scripts recovers by itself,
+// and the budgets are intact.
+func runScriptFlush(t *testing.T, open Open) {
+	env := open(t)
+	if env.FlushScripts == nil {
+		return // the store caches no scripts
+	}
+	st := env.Replica()
+	ctx := context.Background()
+	for _, l := range exactLimits() {
+		items := []tokenlimit.Item{{Key: "flush", Limit: l, Cost: 60}}
+		results := make([]tokenlimit.Result, 1)
+		if _, err := st.Check(ctx, Base, items, results); err != nil || !results[0].Allowed {
+			t.Fatalf("%s: first check: %v %+v", l, err, results[0])
+		}
+		env.FlushScripts(t)
+		if _, err := st.Check(ctx, Base, items, results); err != nil || results[0].Allowed || results[0].Remaining != 40 {
+			t.Fatalf("%s: check after SCRIPT FLUSH: err %v, result %+v, want denied with 40 left", l, err, results[0])
+		}
+		env.FlushScripts(t)
+		adj := []tokenlimit.Adjustment{{Key: "flush", Limit: l, Delta: -10, ChargedAt: Base}}
+		if err := st.Adjust(ctx, Base, adj); err != nil {
+			t.Fatalf("%s: adjust after SCRIPT FLUSH: %v", l, err)
+		}
+		if got := peek(t, st, l, "flush").Remaining; got != 50 {
+			t.Fatalf("%s: %d left after refunding 10, want 50", l, got)
+		}
+	}
+}
