@@ -73,6 +73,11 @@ func (w Window) LogAdjust(l *Log, now, chargedAt, delta int64) int64 {
 	case chargedAt > now-w.Length:
 		l.Add(chargedAt, delta)
 	}
+	if l.Sum == 0 {
+		// Every charge left is cancelled by its refund, at the same time:
+		// the entries can never matter again.
+		*l = Log{Entries: l.Entries[:0]}
+	}
 	return w.logReset(l, now)
 }
 

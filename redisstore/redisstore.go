@@ -168,6 +168,9 @@ func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int6
 	if IsNoScript(err) {
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
+	if err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT") {
+		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one check must share a hash tag, such as {tenant=acme}", err)
+	}
 	return reply, err
 }
 

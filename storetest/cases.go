@@ -292,18 +292,18 @@ func multiCases() []Case {
 			check(0,
 				Probe{Key: "u", Limit: tb10at2, Cost: 3, Want: Ok(7, 1500*ms)},
 				Probe{Key: "u", Limit: sl, Cost: 3, Want: Ok(2, 5*s)},
-				Probe{Key: "plan", Limit: fw, Cost: 3, Want: Ok(97, 24*time.Hour)}),
+				Probe{Key: "{u}:plan", Limit: fw, Cost: 3, Want: Ok(97, 24*time.Hour)}),
 			// The bucket and the quota would admit 3 more, the log would not:
 			// they report themselves allowed, with the uncharged state.
 			check(1*s,
 				Probe{Key: "u", Limit: tb10at2, Cost: 3, Want: Ok(9, 500*ms)},
 				Probe{Key: "u", Limit: sl, Cost: 3, Want: Deny(2, 4*s, 4*s)},
-				Probe{Key: "plan", Limit: fw, Cost: 3, Want: Ok(97, 24*time.Hour-s)}),
+				Probe{Key: "{u}:plan", Limit: fw, Cost: 3, Want: Ok(97, 24*time.Hour-s)}),
 			// Nothing was charged: peeks show the state after the first check.
 			check(1*s,
 				Probe{Key: "u", Limit: tb10at2, Cost: 0, Want: Ok(9, 500*ms)},
 				Probe{Key: "u", Limit: sl, Cost: 0, Want: Ok(2, 4*s)},
-				Probe{Key: "plan", Limit: fw, Cost: 0, Want: Ok(97, 24*time.Hour-s)}),
+				Probe{Key: "{u}:plan", Limit: fw, Cost: 0, Want: Ok(97, 24*time.Hour-s)}),
 		},
 	}, {
 		Name: "multi/a cost too large for one limit charges no other",
@@ -357,6 +357,15 @@ func reservationCases() []Case {
 			at(2*s, 0, Ok(9, 9*s)),
 			at(3*s, 9, Ok(0, 10*s)),
 			at(11*s, 0, Ok(1, 2*s)), // the charge and its refund left together
+		},
+	}, {
+		Name:  "reservation/sliding_log refund after its charge left changes nothing",
+		Limit: ten,
+		Steps: []Step{
+			reserve(0, "r", 4, Ok(6, 10*s)),
+			at(5*s, 4, Ok(2, 10*s)),
+			settle(10*s, "r", 0),
+			at(10*s, 0, Ok(6, 5*s)),
 		},
 	}, {
 		Name:  "reservation/sliding_log extra charge is recorded when settled",

@@ -114,5 +114,12 @@ local function sl_adjust(zkey, mkey, len, now, at, delta, pad)
     sl_add(zkey, mkey, len, now, now, delta, sum, seq, pad)
   elseif at > now - len then
     sl_add(zkey, mkey, len, now, at, delta, sum, seq, pad)
+  else
+    return
+  end
+  if sum + delta == 0 then
+    -- Every charge left is cancelled by its refund, at the same time: the
+    -- entries can never matter again.
+    redis.call('DEL', zkey, mkey)
   end
 end

@@ -1,0 +1,275 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/storetest"
+)
+
+// callerTime is the mode the conformance suite drives: the suite's fake
+// clock decides, and keys are padded so that the real clock, which runs
+// behind or ahead of the fake one, never expires them early.
+func callerTime(prefix string) redisstore.Options {
+	return redisstore.Options{Prefix: prefix, CallerTime: true, TTLPadding: time.Hour}
+}
+
+var prefixes atomic.Int64
+
+// newPrefix returns a key prefix no other test of this process uses, so
+// tests can share one server.
+func newPrefix() string {
+	return fmt.Sprintf("t%d:", prefixes.Add(1))
+}
+
+func goRedisClient(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func rueidisClient(t testing.TB, addrs ...string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatalf("rueidis: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newStore(t testing.TB, s redisstore.Scripter, opts redisstore.Options) *redisstore.Store {
+	st, err := redisstore.New(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// standaloneEnv opens a namespace on srv whose replicas each get their own
+// client made by dial.
+func standaloneEnv(srv *redistest.Server, dial func(t testing.TB) redisstore.Scripter) storetest.Open {
+	return func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		inspect := goRedisClient(t, srv.Addr())
+		return storetest.Env{
+			Replica:      func() tokenlimit.Store { return newStore(t, dial(t), callerTime(prefix)) },
+			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
+			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },
+		}
+	}
+}
+
+func TestConformanceGoRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, standaloneEnv(srv, func(t testing.TB) redisstore.Scripter {
+		return goredisclient.New(goRedisClient(t, srv.Addr()))
+	}))
+}
+
+func TestConformanceRueidis(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, standaloneEnv(srv, func(t testing.TB) redisstore.Scripter {
+		return rueidisclient.New(rueidisClient(t, srv.Addr()))
+	}))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+				t.Cleanup(func() { c.Close() })
+				return newStore(t, goredisclient.New(c), callerTime(prefix))
+			},
+			FlushScripts: func(t *testing.T) {
+				for i := range cluster.Addrs() {
+					if _, err := cluster.Node(i).Do("SCRIPT", "FLUSH"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+		}
+	})
+}
+
+func assertEveryKeyHasTTL(t *testing.T, c *redis.Client, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		ttl, err := c.PTTL(ctx, iter.Val()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 && ttl != -2 { // -2: expired between SCAN and PTTL
+			t.Errorf("key %s has no TTL (PTTL %v)", iter.Val(), ttl)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func flushScripts(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandCalls reads INFO commandstats: calls per command name.
+func commandCalls(t *testing.T, srv *redistest.Server) map[string]int {
+	t.Helper()
+	info, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		var n int
+		fmt.Sscanf(rest, "%d", &n)
+		calls[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return calls
+}
+
+func TestMultiLimitCheckIsOneEVALSHA(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	st := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
+	items := []tokenlimit.Item{
+		{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 1},
+		{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 1},
+		{Key: "{u}", Limit: tokenlimit.SlidingCounterLimit(100, time.Minute), Cost: 1},
+		{Key: "{u}", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Second), Cost: 1},
+		{Key: "{u}:plan", Limit: tokenlimit.GCRALimit(99, 10, time.Second), Cost: 1},
+	}
+	results := make([]tokenlimit.Result, len(items))
+	if _, err := st.Check(ctx, time.Now(), items, results); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Check(ctx, time.Now(), items, results); err != nil {
+		t.Fatal(err)
+	}
+	calls := commandCalls(t, srv)
+	if calls["evalsha"] != 1 || calls["eval"] != 0 {
+		t.Errorf("a check of %d limits made %d EVALSHA and %d EVAL calls, want exactly 1 EVALSHA; commandstats: %v", len(items), calls["evalsha"], calls["eval"], calls)
+	}
+	for i, r := range results {
+		if !r.Allowed || r.Remaining != 98 {
+			t.Errorf("item %d: %+v, want allowed with 98 left", i, r)
+		}
+	}
+}
+
+func TestNOSCRIPTReloadsWithOneEVAL(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	st := newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
+	l := tokenlimit.TokenBucketLimit(10, 1, time.Second)
+	lim, err := tokenlimit.NewLimiter(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.AllowN(ctx, "k", l, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	for _, flush := range []bool{false, true} {
+		if flush {
+			flushScripts(t, srv)
+		}
+		if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.AllowN(ctx, "k", l, 1); err != nil {
+			t.Fatal(err)
+		}
+		calls := commandCalls(t, srv)
+		wantEval := 0
+		if flush {
+			wantEval = 1
+		}
+		if calls["evalsha"] != 1 || calls["eval"] != wantEval {
+			t.Errorf("flushed=%v: %d EVALSHA, %d EVAL; want 1 and %d", flush, calls["evalsha"], calls["eval"], wantEval)
+		}
+	}
+}
+
+// TestTTLsAreNoLongerThanNeeded uses the server's clock, as production does:
+// each key's TTL is its ResetAfter rounded up to the millisecond, and a
+// budget that is whole again has no key at all.
+func TestTTLsAreNoLongerThanNeeded(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := goRedisClient(t, srv.Addr())
+	st := newStore(t, goredisclient.New(c), redisstore.Options{Prefix: newPrefix()})
+	lim, err := tokenlimit.NewLimiter(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []tokenlimit.Limit{
+		tokenlimit.FixedWindowLimit(10, time.Hour),
+		tokenlimit.SlidingLogLimit(10, time.Hour),
+		tokenlimit.SlidingCounterLimit(10, time.Hour),
+		tokenlimit.TokenBucketLimit(10, 1, time.Minute),
+		tokenlimit.GCRALimit(9, 1, time.Minute),
+	} {
+		d, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "ttl", Limit: l, Cost: 4})
+		if err != nil || res == nil {
+			t.Fatalf("%s: reserve: %v", l, err)
+		}
+		key := st.Key("ttl", l.Algorithm)
+		ttl, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		need := d.Results[0].ResetAfter.Round(time.Millisecond) + time.Millisecond
+		if ttl <= 0 || ttl > need {
+			t.Errorf("%s: PTTL %v after a charge with ResetAfter %v, want 0 < PTTL <= %v", l, ttl, d.Results[0].ResetAfter, need)
+		}
+		if err := res.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Exists(ctx, key, key+":sum").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantGone := l.Algorithm != tokenlimit.FixedWindow && l.Algorithm != tokenlimit.SlidingCounter; wantGone && n != 0 {
+			t.Errorf("%s: %d keys left after a full refund emptied the budget, want none", l, n)
+		}
+	}
+}
+
+func TestCrossSlotCheckOnClusterNamesTheHashTag(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, goredisclient.New(c), redisstore.Options{Prefix: newPrefix()})
+	l := tokenlimit.TokenBucketLimit(10, 1, time.Second)
+	items := []tokenlimit.Item{{Key: "user=a", Limit: l, Cost: 1}, {Key: "user=b", Limit: l, Cost: 1}}
+	_, err := st.Check(context.Background(), time.Now(), items, make([]tokenlimit.Result, 2))
+	if err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Fatalf("error %v, want one that explains the keys need a common hash tag", err)
+	}
+}
