@@ -153,7 +153,7 @@ func micros(now time.Time) (int64, error) {
 
 // decide runs the item's algorithm on its current state without storing.
 func (s *Store) decide(it *tokenlimit.Item, now int64) pending {
-	e := s.lookup(it.Limit.Algorithm, it.Key, now)
+	e := s.lookup(it.Limit.Algorithm, it.Key)
 	p := pending{e: e}
 	var st [3]int64
 	if e != nil {
@@ -262,7 +262,7 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 	defer unlock()
 	created := 0
 	for _, a := range adjustments {
-		if s.lookup(a.Limit.Algorithm, a.Key, t) == nil {
+		if s.lookup(a.Limit.Algorithm, a.Key) == nil {
 			created++
 		}
 	}
@@ -278,7 +278,7 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 // adjust applies one adjustment, creating the entry (already counted) if
 // needed and deleting it if it ends up empty.
 func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
-	e := s.lookup(a.Limit.Algorithm, a.Key, now)
+	e := s.lookup(a.Limit.Algorithm, a.Key)
 	if e == nil {
 		e = s.create(a.Limit.Algorithm, a.Key)
 	}

@@ -54,25 +54,20 @@ func (s *Store) sweepDue(sh *shard, now int64) {
 	}
 }
 
-// lookup returns key's live entry, or nil if it has none or it expired.
-// The caller holds the key's shard lock.
-func (s *Store) lookup(alg tokenlimit.Algorithm, key string, now int64) *entry {
-	e := s.shards[s.shardOf(key)].entries[mapKey{alg, key}]
-	if e == nil || e.expires <= now {
-		return nil
-	}
-	return e
+// lookup returns key's entry, or nil if it has none. An entry past its
+// expiry is still returned until a sweep drops it: its state is empty by
+// then anyway, unless the clock stepped back, and then remembering it is the
+// safe choice. The Redis store behaves the same way (a key lives until
+// Redis expires it). The caller holds the key's shard lock.
+func (s *Store) lookup(alg tokenlimit.Algorithm, key string) *entry {
+	return s.shards[s.shardOf(key)].entries[mapKey{alg, key}]
 }
 
-// create makes key's entry, replacing an expired one, whose slot in the key
-// count the new entry takes over. The caller holds the key's shard lock and
-// has counted the new key with reserveKeys.
+// create makes key's entry. The caller holds the key's shard lock and has
+// counted the new key with reserveKeys.
 func (s *Store) create(alg tokenlimit.Algorithm, key string) *entry {
 	sh := &s.shards[s.shardOf(key)]
 	k := mapKey{alg, key}
-	if _, expired := sh.entries[k]; expired {
-		s.keys.Add(-1)
-	}
 	e := &entry{}
 	if alg == tokenlimit.SlidingLog {
 		e.log = &algo.Log{}
