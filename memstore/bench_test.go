@@ -11,8 +11,9 @@ package memstore_test
 // Items and results slices are reused, so allocs/op is the store's own.
 //
 // golang.org/x/time/rate, the in-process reference, is benchmarked beside
-// these in the bench/ module (bench/inprocess_test.go), which repeats these
-// benchmarks in the same run: the main module does not depend on x/time.
+// these in the bench/ module (bench/inprocess_test.go), which repeats the
+// token bucket and GCRA ones so that both come from one run: the main module
+// does not depend on golang.org/x/time.
 
 import (
 	"context"
