@@ -201,7 +201,7 @@ func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) er
 			created++
 		}
 	}
-	if err := s.reserveKeys(created); err != nil {
+	if err := s.reserveKeysSweeping(items, created, now); err != nil {
 		return err
 	}
 	for i := range decided {
@@ -221,6 +221,19 @@ func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) er
 		e.expires = now + p.out.ResetAfter
 	}
 	return nil
+}
+
+// reserveKeysSweeping is reserveKeys that, when the store is full, first
+// sweeps the shards of items (whose locks the caller holds) and tries again.
+func (s *Store) reserveKeysSweeping(items []tokenlimit.Item, n int, now int64) error {
+	err := s.reserveKeys(n)
+	if err == nil {
+		return nil
+	}
+	for i := range items {
+		s.sweepShard(&s.shards[s.shardOf(items[i].Key)], now)
+	}
+	return s.reserveKeys(n)
 }
 
 func (s *Store) reserveKeys(n int) error {
@@ -266,7 +279,7 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 			created++
 		}
 	}
-	if err := s.reserveKeys(created); err != nil {
+	if err := s.reserveKeysSweeping(items, created, t); err != nil {
 		return err
 	}
 	for _, a := range adjustments {

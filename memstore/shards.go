@@ -42,9 +42,13 @@ func (s *Store) lock(items []tokenlimit.Item, now int64) (unlock func()) {
 // sweepDue drops the shard's expired entries if SweepInterval has passed
 // since its last sweep. The caller holds the shard's lock.
 func (s *Store) sweepDue(sh *shard, now int64) {
-	if now-sh.lastSweep < s.sweep {
-		return
+	if now-sh.lastSweep >= s.sweep {
+		s.sweepShard(sh, now)
 	}
+}
+
+// sweepShard drops the shard's expired entries. The caller holds its lock.
+func (s *Store) sweepShard(sh *shard, now int64) {
 	sh.lastSweep = now
 	for k, e := range sh.entries {
 		if e.expires <= now {
