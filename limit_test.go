@@ -1,0 +1,382 @@
+package tokenlimit_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// fieldOf returns the Field of err's *FieldError, failing the test if err is
+// not one or does not match ErrInvalid.
+func fieldOf(t *testing.T, err error) string {
+	t.Helper()
+	var fe *tokenlimit.FieldError
+	if !errors.As(err, &fe) {
+		t.Fatalf("error %v (%T), want a *tokenlimit.FieldError", err, err)
+	}
+	if !errors.Is(err, tokenlimit.ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid) is false", err)
+	}
+	return fe.Field
+}
+
+// precisionBound is the largest capacity Validate accepts for a bucket that
+// refills one unit every num/den µs: capacity × num must stay within 2^52.
+func precisionBound(l tokenlimit.Limit) int64 {
+	num, _ := l.Interval()
+	return tokenlimit.MaxExact / 2 / num
+}
+
+func TestLimitValidate(t *testing.T) {
+	t.Parallel()
+	const (
+		ms  = time.Millisecond
+		sec = time.Second
+	)
+	tb := tokenlimit.TokenBucket
+	slowest := tokenlimit.TokenBucketLimit(1, 1, tokenlimit.MaxPeriod) // one token per 366 days
+	maxBurst := precisionBound(slowest)
+	if maxBurst < 2 || maxBurst >= tokenlimit.MaxQuota {
+		t.Fatalf("precision bound %d for %s: the table below assumes 2 <= bound < MaxQuota", maxBurst, slowest)
+	}
+	gcraSlowest := tokenlimit.GCRALimit(maxBurst-1, 1, tokenlimit.MaxPeriod) // burst maxBurst
+
+	tests := []struct {
+		name  string
+		limit tokenlimit.Limit
+		field string // "" means valid
+	}{
+		// Valid limits, one per constructor, and the edges of each bound.
+		{"fixed window", tokenlimit.FixedWindowLimit(5, 5*sec), ""},
+		{"sliding log", tokenlimit.SlidingLogLimit(5, 5*sec), ""},
+		{"sliding counter", tokenlimit.SlidingCounterLimit(5, 5*sec), ""},
+		{"token bucket", tokenlimit.TokenBucketLimit(10, 2, sec), ""},
+		{"gcra", tokenlimit.GCRALimit(10, 5, time.Minute), ""},
+		{"token bucket burst 0 means quota", tokenlimit.Limit{Algorithm: tb, Quota: 7, Period: sec}, ""},
+		{"period of exactly 1ms", tokenlimit.FixedWindowLimit(1, ms), ""},
+		{"period of exactly MaxPeriod", tokenlimit.FixedWindowLimit(1, tokenlimit.MaxPeriod), ""},
+		{"quota of exactly MaxQuota", tokenlimit.FixedWindowLimit(tokenlimit.MaxQuota, time.Hour), ""},
+		{"sliding counter at both its bounds", tokenlimit.SlidingCounterLimit(tokenlimit.MaxSlidingCounterQuota, tokenlimit.MaxSlidingCounterPeriod), ""},
+		{"bucket at the precision bound", tokenlimit.TokenBucketLimit(maxBurst, 1, tokenlimit.MaxPeriod), ""},
+		{"gcra at the precision bound", gcraSlowest, ""},
+		{"burst MaxQuota at a fast rate", tokenlimit.TokenBucketLimit(tokenlimit.MaxQuota, 1000, ms), ""},
+
+		// algorithm
+		{"zero algorithm", tokenlimit.Limit{Quota: 1, Period: sec}, "algorithm"},
+		{"algorithm past GCRA", tokenlimit.Limit{Algorithm: tokenlimit.GCRA + 1, Quota: 1, Period: sec}, "algorithm"},
+
+		// quota
+		{"zero quota", tokenlimit.FixedWindowLimit(0, sec), "quota"},
+		{"negative quota", tokenlimit.SlidingLogLimit(-1, sec), "quota"},
+		{"quota above MaxQuota", tokenlimit.FixedWindowLimit(tokenlimit.MaxQuota+1, sec), "quota"},
+		{"bucket refill above MaxQuota", tokenlimit.TokenBucketLimit(1, tokenlimit.MaxQuota+1, sec), "quota"},
+
+		// period
+		{"zero period", tokenlimit.FixedWindowLimit(1, 0), "period"},
+		{"negative period", tokenlimit.TokenBucketLimit(1, 1, -sec), "period"},
+		{"period below 1ms", tokenlimit.FixedWindowLimit(1, 999*time.Microsecond), "period"},
+		{"period not whole ms", tokenlimit.FixedWindowLimit(1, 1500*time.Microsecond), "period"},
+		{"period of 1s and 1ns", tokenlimit.TokenBucketLimit(1, 1, sec+1), "period"},
+		{"period above MaxPeriod", tokenlimit.FixedWindowLimit(1, tokenlimit.MaxPeriod+ms), "period"},
+
+		// the sliding counter's tighter bounds
+		{"sliding counter quota above its bound", tokenlimit.SlidingCounterLimit(tokenlimit.MaxSlidingCounterQuota+1, sec), "quota"},
+		{"sliding counter period above its bound", tokenlimit.SlidingCounterLimit(1, tokenlimit.MaxSlidingCounterPeriod+ms), "period"},
+		{"sliding log may exceed the counter's quota bound", tokenlimit.SlidingLogLimit(tokenlimit.MaxSlidingCounterQuota+1, sec), ""},
+		{"fixed window may exceed the counter's period bound", tokenlimit.FixedWindowLimit(1, tokenlimit.MaxSlidingCounterPeriod+ms), ""},
+
+		// burst
+		{"fixed window with a burst", tokenlimit.Limit{Algorithm: tokenlimit.FixedWindow, Quota: 5, Period: sec, Burst: 5}, "burst"},
+		{"sliding log with a burst", tokenlimit.Limit{Algorithm: tokenlimit.SlidingLog, Quota: 5, Period: sec, Burst: 1}, "burst"},
+		{"sliding counter with a burst", tokenlimit.Limit{Algorithm: tokenlimit.SlidingCounter, Quota: 5, Period: sec, Burst: 1}, "burst"},
+		{"negative burst", tokenlimit.TokenBucketLimit(-1, 1, sec), "burst"},
+		{"gcra max_burst -2", tokenlimit.GCRALimit(-2, 1, sec), "burst"},
+		{"burst above MaxQuota", tokenlimit.TokenBucketLimit(tokenlimit.MaxQuota+1, 1000, ms), "burst"},
+
+		// precision: capacity × interval beyond 2^52
+		{"bucket past the precision bound", tokenlimit.TokenBucketLimit(maxBurst+1, 1, tokenlimit.MaxPeriod), "burst"},
+		{"gcra past the precision bound", tokenlimit.GCRALimit(maxBurst, 1, tokenlimit.MaxPeriod), "burst"},
+		{"implicit burst (quota) past the precision bound", tokenlimit.Limit{Algorithm: tb, Quota: tokenlimit.MaxQuota, Period: tokenlimit.MaxPeriod}, "burst"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.limit.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("%+v: %v, want valid", tt.limit, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("%+v: valid, want an error naming %q", tt.limit, tt.field)
+			}
+			if got := fieldOf(t, err); got != tt.field {
+				t.Errorf("%+v: error names %q (%v), want %q", tt.limit, got, err, tt.field)
+			}
+			if !strings.HasPrefix(err.Error(), tt.field+": ") {
+				t.Errorf("message %q does not start with %q", err.Error(), tt.field+": ")
+			}
+		})
+	}
+}
+
+// TestPrecisionBoundKeepsLuaExact checks the promise behind the precision
+// bound: the largest debt a valid bucket computes, capacity × num, plus a
+// present-day time in µs, stays below 2^53 where Lua's doubles are exact.
+func TestPrecisionBoundKeepsLuaExact(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	for _, l := range []tokenlimit.Limit{
+		tokenlimit.TokenBucketLimit(1, 1, tokenlimit.MaxPeriod),
+		tokenlimit.TokenBucketLimit(1, 3, time.Second),
+		tokenlimit.TokenBucketLimit(1, 7, time.Minute),
+		tokenlimit.TokenBucketLimit(1, 1, time.Millisecond),
+	} {
+		l.Burst = min(precisionBound(l), tokenlimit.MaxQuota)
+		if err := l.Validate(); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		num, _ := l.Interval()
+		if span := l.Capacity()*num + now; span >= tokenlimit.MaxExact {
+			t.Errorf("%s: capacity × num + now = %d, not below 2^53", l, span)
+		}
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	t.Parallel()
+	want := map[tokenlimit.Algorithm]string{
+		tokenlimit.FixedWindow:    "fixed_window",
+		tokenlimit.SlidingLog:     "sliding_log",
+		tokenlimit.SlidingCounter: "sliding_counter",
+		tokenlimit.TokenBucket:    "token_bucket",
+		tokenlimit.GCRA:           "gcra",
+	}
+	for a, name := range want {
+		if !a.Valid() {
+			t.Errorf("%v.Valid() is false", a)
+		}
+		if a.String() != name {
+			t.Errorf("Algorithm(%d).String() = %q, want %q", uint8(a), a.String(), name)
+		}
+		for _, s := range []string{name, strings.ToUpper(name), strings.ReplaceAll(name, "_", "-"), " " + name + "\t"} {
+			got, err := tokenlimit.ParseAlgorithm(s)
+			if err != nil || got != a {
+				t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", s, got, err, a)
+			}
+		}
+	}
+	for _, s := range []string{"", "leaky_bucket", "fixed window", "Algorithm(1)", "1", "gcra2", "token_bucket_"} {
+		got, err := tokenlimit.ParseAlgorithm(s)
+		if err == nil {
+			t.Errorf("ParseAlgorithm(%q) = %v, want an error", s, got)
+			continue
+		}
+		if got != 0 {
+			t.Errorf("ParseAlgorithm(%q) returned %v with its error, want the zero Algorithm", s, got)
+		}
+		if !strings.Contains(err.Error(), "token_bucket") {
+			t.Errorf("ParseAlgorithm(%q): %q does not list the valid names", s, err)
+		}
+	}
+	for _, a := range []tokenlimit.Algorithm{0, tokenlimit.GCRA + 1, 255} {
+		if a.Valid() {
+			t.Errorf("Algorithm(%d).Valid() is true", uint8(a))
+		}
+		if got, want := a.String(), "Algorithm("; !strings.HasPrefix(got, want) {
+			t.Errorf("Algorithm(%d).String() = %q, want %q...", uint8(a), got, want)
+		}
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		limit tokenlimit.Limit
+		want  int64
+	}{
+		{tokenlimit.FixedWindowLimit(5, time.Second), 5},
+		{tokenlimit.SlidingLogLimit(6, time.Second), 6},
+		{tokenlimit.SlidingCounterLimit(7, time.Second), 7},
+		{tokenlimit.TokenBucketLimit(10, 2, time.Second), 10},
+		{tokenlimit.GCRALimit(10, 5, time.Minute), 11}, // CL.THROTTLE k 10 5 60: max_burst+1
+		{tokenlimit.GCRALimit(0, 1, time.Second), 1},
+		{tokenlimit.Limit{Algorithm: tokenlimit.TokenBucket, Quota: 4, Period: time.Second}, 4},
+		{tokenlimit.Limit{Algorithm: tokenlimit.GCRA, Quota: 9, Period: time.Second}, 9},
+	}
+	for _, tt := range tests {
+		if got := tt.limit.Capacity(); got != tt.want {
+			t.Errorf("%+v.Capacity() = %d, want %d", tt.limit, got, tt.want)
+		}
+	}
+	if got, want := tokenlimit.TokenBucketLimit(10, 2, time.Second).String(), "token_bucket 2/1s burst 10"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestInterval(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		limit    tokenlimit.Limit
+		num, den int64
+	}{
+		{tokenlimit.TokenBucketLimit(10, 2, time.Second), 500000, 1},
+		{tokenlimit.TokenBucketLimit(10, 3, time.Second), 1000000, 3},
+		{tokenlimit.TokenBucketLimit(10, 10000, time.Minute), 6000, 1},
+		{tokenlimit.TokenBucketLimit(10, 7, time.Minute), 60000000, 7},
+		{tokenlimit.TokenBucketLimit(10, 90000, time.Minute), 2000, 3},
+		{tokenlimit.GCRALimit(10, 5, time.Minute), 12000000, 1},
+		{tokenlimit.TokenBucketLimit(10, 1000, time.Millisecond), 1, 1},
+		{tokenlimit.TokenBucketLimit(10, 3000, time.Millisecond), 1, 3},
+		{tokenlimit.TokenBucketLimit(10, 1, tokenlimit.MaxPeriod), tokenlimit.MaxPeriod.Microseconds(), 1},
+	}
+	for _, tt := range tests {
+		num, den := tt.limit.Interval()
+		if num != tt.num || den != tt.den {
+			t.Errorf("%s: Interval() = %d/%d, want %d/%d", tt.limit, num, den, tt.num, tt.den)
+		}
+	}
+}
+
+func TestFieldErrorMatchesErrInvalidOnly(t *testing.T) {
+	t.Parallel()
+	var err error = &tokenlimit.FieldError{Field: "quota", Reason: "must be positive, got 0"}
+	if !errors.Is(err, tokenlimit.ErrInvalid) {
+		t.Error("errors.Is(*FieldError, ErrInvalid) is false")
+	}
+	for _, other := range []error{tokenlimit.ErrStoreFull, tokenlimit.ErrSettled, errors.New("invalid input")} {
+		if errors.Is(err, other) {
+			t.Errorf("errors.Is(*FieldError, %v) is true", other)
+		}
+	}
+	if got, want := err.Error(), "quota: must be positive, got 0"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}
+
+func TestValidateItemsNamesTheItem(t *testing.T) {
+	t.Parallel()
+	good := tokenlimit.Item{Key: "k", Limit: tokenlimit.TokenBucketLimit(10, 2, time.Second), Cost: 1}
+	with := func(f func(*tokenlimit.Item)) tokenlimit.Item {
+		it := good
+		f(&it)
+		return it
+	}
+	many := make([]tokenlimit.Item, tokenlimit.MaxItems+1)
+	for i := range many {
+		many[i] = with(func(it *tokenlimit.Item) { it.Key = strings.Repeat("k", i+1) })
+	}
+	tests := []struct {
+		name    string
+		items   []tokenlimit.Item
+		results int // -1: len(items)
+		field   string
+	}{
+		{"valid", []tokenlimit.Item{good}, -1, ""},
+		{"cost 0 peeks", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Cost = 0 })}, -1, ""},
+		{"cost MaxCost", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Cost = tokenlimit.MaxCost })}, -1, ""},
+		{"key of MaxKeyLength", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Key = strings.Repeat("x", tokenlimit.MaxKeyLength) })}, -1, ""},
+		{"same key, other algorithm", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Limit = tokenlimit.FixedWindowLimit(5, time.Second) })}, -1, ""},
+		{"MaxItems items", many[:tokenlimit.MaxItems], -1, ""},
+		{"no items", nil, -1, "items"},
+		{"too many items", many, -1, "items"},
+		{"fewer results", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Key = "j" })}, 1, "results"},
+		{"more results", []tokenlimit.Item{good}, 2, "results"},
+		{"empty key", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Key = "" })}, -1, "items[0].key"},
+		{"key too long", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Key = strings.Repeat("x", tokenlimit.MaxKeyLength+1) })}, -1, "items[1].key"},
+		{"negative cost", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Key, it.Cost = "j", -1 })}, -1, "items[1].cost"},
+		{"cost above MaxCost", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Cost = tokenlimit.MaxCost + 1 })}, -1, "items[0].cost"},
+		{"bad quota in item 2", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Key = "j" }), with(func(it *tokenlimit.Item) { it.Key, it.Limit.Quota = "i", 0 })}, -1, "items[2].quota"},
+		{"bad period", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Limit.Period = 1500 * time.Microsecond })}, -1, "items[0].period"},
+		{"bad algorithm", []tokenlimit.Item{with(func(it *tokenlimit.Item) { it.Limit.Algorithm = 0 })}, -1, "items[0].algorithm"},
+		{"repeated budget", []tokenlimit.Item{good, with(func(it *tokenlimit.Item) { it.Key = "j" }), with(func(it *tokenlimit.Item) { it.Limit.Quota = 3 })}, -1, "items[2].key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := tt.results
+			if n < 0 {
+				n = len(tt.items)
+			}
+			err := tokenlimit.ValidateItems(tt.items, make([]tokenlimit.Result, n))
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("%v, want valid", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("valid, want an error naming %q", tt.field)
+			}
+			if got := fieldOf(t, err); got != tt.field {
+				t.Errorf("error names %q (%v), want %q", got, err, tt.field)
+			}
+		})
+	}
+}
+
+func TestValidateAdjustmentsNamesTheAdjustment(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	good := tokenlimit.Adjustment{Key: "k", Limit: tokenlimit.TokenBucketLimit(10, 2, time.Second), Delta: -3, ChargedAt: at}
+	with := func(f func(*tokenlimit.Adjustment)) tokenlimit.Adjustment {
+		a := good
+		f(&a)
+		return a
+	}
+	slow := tokenlimit.TokenBucketLimit(10, 1, tokenlimit.MaxPeriod)
+	bound := precisionBound(slow)
+	many := make([]tokenlimit.Adjustment, tokenlimit.MaxItems+1)
+	for i := range many {
+		many[i] = with(func(a *tokenlimit.Adjustment) { a.Key = strings.Repeat("k", i+1) })
+	}
+	tests := []struct {
+		name  string
+		adj   []tokenlimit.Adjustment
+		field string
+	}{
+		{"none", nil, ""},
+		{"refund", []tokenlimit.Adjustment{good}, ""},
+		{"extra charge", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Delta = 5 })}, ""},
+		{"-MaxCost on a window", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) {
+			a.Limit, a.Delta = tokenlimit.FixedWindowLimit(5, time.Second), -tokenlimit.MaxCost
+		})}, ""},
+		{"MaxItems", many[:tokenlimit.MaxItems], ""},
+		{"slow bucket at its delta bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, bound })}, ""},
+		{"slow bucket at its refund bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, -bound })}, ""},
+		{"too many", many, "adjustments"},
+		{"delta below -MaxCost", []tokenlimit.Adjustment{good, with(func(a *tokenlimit.Adjustment) {
+			a.Key, a.Limit, a.Delta = "j", tokenlimit.FixedWindowLimit(5, time.Second), -tokenlimit.MaxCost-1
+		})}, "adjustments[1].delta"},
+		{"delta above MaxCost", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) {
+			a.Limit, a.Delta = tokenlimit.SlidingLogLimit(5, time.Second), tokenlimit.MaxCost+1
+		})}, "adjustments[0].delta"},
+		{"slow bucket past its delta bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, bound + 1 })}, "adjustments[0].delta"},
+		{"slow bucket past its refund bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, -bound - 1 })}, "adjustments[0].delta"},
+		{"empty key", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Key = "" })}, "adjustments[0].key"},
+		{"bad limit", []tokenlimit.Adjustment{good, with(func(a *tokenlimit.Adjustment) { a.Key, a.Limit.Period = "j", 0 })}, "adjustments[1].period"},
+		{"repeated budget", []tokenlimit.Adjustment{good, with(func(a *tokenlimit.Adjustment) { a.Delta = 1 })}, "adjustments[1].key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tokenlimit.ValidateAdjustments(tt.adj)
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("%v, want valid", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("valid, want an error naming %q", tt.field)
+			}
+			if got := fieldOf(t, err); got != tt.field {
+				t.Errorf("error names %q (%v), want %q", got, err, tt.field)
+			}
+		})
+	}
+}

@@ -1,0 +1,358 @@
+package tokenlimit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/memstore"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fakeClock is one test's clock; nothing else reads it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// countingStore is a memstore that counts Adjust calls and can be told to
+// fail them: a fake of our own Store interface around the real store.
+type countingStore struct {
+	*memstore.Store
+	adjusts atomic.Int64
+	failing atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *countingStore) Adjust(ctx context.Context, now time.Time, adj []tokenlimit.Adjustment) error {
+	s.adjusts.Add(1)
+	if s.failing.Load() {
+		return errStoreDown
+	}
+	return s.Store.Adjust(ctx, now, adj)
+}
+
+func newTestLimiter(t *testing.T) (*tokenlimit.Limiter, *countingStore, *fakeClock) {
+	t.Helper()
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &countingStore{Store: ms}
+	clock := &fakeClock{now: t0}
+	lim, err := tokenlimit.NewLimiter(st, tokenlimit.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, st, clock
+}
+
+// remaining peeks key's budget under l.
+func remaining(t *testing.T, lim *tokenlimit.Limiter, key string, l tokenlimit.Limit) int64 {
+	t.Helper()
+	r, err := lim.AllowN(context.Background(), key, l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Remaining
+}
+
+func TestNewLimiterRejectsNil(t *testing.T) {
+	t.Parallel()
+	if lim, err := tokenlimit.NewLimiter(nil); err == nil || lim != nil {
+		t.Errorf("NewLimiter(nil) = %v, %v; want nil and an error", lim, err)
+	}
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim, err := tokenlimit.NewLimiter(ms, tokenlimit.WithClock(nil)); err == nil || lim != nil {
+		t.Errorf("NewLimiter(store, WithClock(nil)) = %v, %v; want nil and an error", lim, err)
+	}
+}
+
+func TestLimiterUsesItsClock(t *testing.T) {
+	t.Parallel()
+	lim, _, clock := newTestLimiter(t)
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(10, 2, time.Second)
+	d, err := lim.Check(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.At.Equal(t0) || !d.Allowed || len(d.Results) != 1 {
+		t.Fatalf("decision %+v, want allowed at %v with one result", d, t0)
+	}
+	clock.Advance(1500 * time.Millisecond) // 3 tokens back at 2/s
+	r, err := lim.AllowN(ctx, "k", l, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Allowed || r.Remaining != 0 || r.ResetAfter != 5*time.Second {
+		t.Errorf("after 1.5s: %+v, want allowed with 0 left and ResetAfter 5s", r)
+	}
+	r, err = lim.Allow(ctx, "k", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Allowed || r.RetryAfter != 500*time.Millisecond {
+		t.Errorf("empty bucket: %+v, want denied with RetryAfter 500ms", r)
+	}
+}
+
+func TestLimiterCheckWrapsInvalidInput(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := newTestLimiter(t)
+	_, err := lim.Check(context.Background(),
+		tokenlimit.Item{Key: "a", Limit: tokenlimit.FixedWindowLimit(5, time.Second), Cost: 1},
+		tokenlimit.Item{Key: "b", Limit: tokenlimit.FixedWindowLimit(0, time.Second), Cost: 1})
+	if got := fieldOf(t, err); got != "items[1].quota" {
+		t.Errorf("error names %q (%v), want items[1].quota", got, err)
+	}
+	if _, err := lim.AllowN(context.Background(), "a", tokenlimit.FixedWindowLimit(5, time.Second), -1); !errors.Is(err, tokenlimit.ErrInvalid) {
+		t.Errorf("AllowN with cost -1: %v, want ErrInvalid", err)
+	}
+}
+
+func TestDecisionTightest(t *testing.T) {
+	t.Parallel()
+	ok := func(rem int64, reset time.Duration) tokenlimit.Result {
+		return tokenlimit.Result{Allowed: true, Limit: 10, Remaining: rem, ResetAfter: reset}
+	}
+	deny := func(rem int64, retry time.Duration) tokenlimit.Result {
+		return tokenlimit.Result{Limit: 10, Remaining: rem, RetryAfter: retry, ResetAfter: time.Minute}
+	}
+	never := tokenlimit.Result{Limit: 10, Remaining: 10, CostExceedsLimit: true}
+	tests := []struct {
+		name    string
+		results []tokenlimit.Result
+		want    int
+	}{
+		{"no results", nil, -1},
+		{"one", []tokenlimit.Result{ok(5, time.Second)}, 0},
+		{"allowed: least remaining", []tokenlimit.Result{ok(5, time.Second), ok(2, time.Second), ok(3, time.Hour)}, 1},
+		{"allowed: tie broken by the longer reset", []tokenlimit.Result{ok(2, time.Second), ok(2, time.Hour), ok(2, time.Minute)}, 1},
+		{"allowed: full tie keeps the first", []tokenlimit.Result{ok(2, time.Second), ok(2, time.Second)}, 0},
+		{"a denial beats any allowed", []tokenlimit.Result{ok(0, time.Hour), deny(9, time.Millisecond)}, 1},
+		{"denied: longest retry", []tokenlimit.Result{deny(0, time.Second), deny(5, time.Hour), deny(0, time.Minute)}, 1},
+		{"denied: equal retry, least remaining", []tokenlimit.Result{deny(3, time.Second), deny(1, time.Second)}, 1},
+		{"cost that can never fit beats a long retry", []tokenlimit.Result{deny(0, 24 * time.Hour), never, ok(0, time.Hour)}, 1},
+		{"allowed never beats a cost that can never fit", []tokenlimit.Result{never, ok(0, time.Hour)}, 0},
+	}
+	for _, tt := range tests {
+		if got := (tokenlimit.Decision{Results: tt.results}).Tightest(); got != tt.want {
+			t.Errorf("%s: Tightest() = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestReserveDeniedReturnsNoReservation(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := newTestLimiter(t)
+	l := tokenlimit.FixedWindowLimit(5, time.Minute)
+	d, res, err := lim.Reserve(context.Background(), tokenlimit.Item{Key: "k", Limit: l, Cost: 6})
+	if err != nil || res != nil || d.Allowed || !d.Results[0].CostExceedsLimit {
+		t.Fatalf("Reserve(cost 6 of 5) = %+v, %v, %v; want denied, CostExceedsLimit, no reservation", d, res, err)
+	}
+	if got := remaining(t, lim, "k", l); got != 5 {
+		t.Errorf("remaining %d after a denied reservation, want 5", got)
+	}
+}
+
+func TestSettleTwiceIsErrSettled(t *testing.T) {
+	t.Parallel()
+	lim, st, _ := newTestLimiter(t)
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
+	d, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 40})
+	if err != nil || res == nil {
+		t.Fatalf("reserve: %+v, %v, %v", d, res, err)
+	}
+	if !res.At().Equal(d.At) || len(res.Items()) != 1 || res.Items()[0].Cost != 40 {
+		t.Errorf("reservation at %v with items %+v, want at %v with the estimate 40", res.At(), res.Items(), d.At)
+	}
+	if err := res.Settle(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, lim, "k", l); got != 75 {
+		t.Errorf("remaining %d after settling 40 at 25, want 75", got)
+	}
+	for name, again := range map[string]func() error{
+		"Settle":     func() error { return res.Settle(ctx, 10) },
+		"SettleEach": func() error { return res.SettleEach(ctx, []int64{10}) },
+		"Cancel":     func() error { return res.Cancel(ctx) },
+	} {
+		if err := again(); !errors.Is(err, tokenlimit.ErrSettled) {
+			t.Errorf("%s after Settle: %v, want ErrSettled", name, err)
+		}
+	}
+	if got := remaining(t, lim, "k", l); got != 75 || st.adjusts.Load() != 1 {
+		t.Errorf("remaining %d after %d Adjust calls, want 75 after exactly 1", got, st.adjusts.Load())
+	}
+}
+
+func TestSettleAtTheEstimateAdjustsNothing(t *testing.T) {
+	t.Parallel()
+	lim, st, _ := newTestLimiter(t)
+	ctx := context.Background()
+	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: tokenlimit.SlidingLogLimit(10, time.Minute), Cost: 4})
+	if err != nil || res == nil {
+		t.Fatal(err)
+	}
+	if err := res.Settle(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.adjusts.Load(); n != 0 {
+		t.Errorf("%d Adjust calls for a settlement equal to the estimate, want 0", n)
+	}
+	if err := res.Settle(ctx, 4); !errors.Is(err, tokenlimit.ErrSettled) {
+		t.Errorf("second Settle: %v, want ErrSettled", err)
+	}
+}
+
+func TestSettleEachBadInputLeavesReservationOpen(t *testing.T) {
+	t.Parallel()
+	lim, st, _ := newTestLimiter(t)
+	ctx := context.Background()
+	reqs := tokenlimit.FixedWindowLimit(10, time.Minute)
+	tokens := tokenlimit.TokenBucketLimit(1000, 10, time.Second)
+	_, res, err := lim.Reserve(ctx,
+		tokenlimit.Item{Key: "{u}", Limit: reqs, Cost: 1},
+		tokenlimit.Item{Key: "{u}", Limit: tokens, Cost: 500})
+	if err != nil || res == nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		actuals []int64
+		field   string
+	}{
+		{nil, "actuals"},
+		{[]int64{1}, "actuals"},
+		{[]int64{1, 200, 3}, "actuals"},
+		{[]int64{-1, 200}, "actuals[0]"},
+		{[]int64{1, -200}, "actuals[1]"},
+	} {
+		err := res.SettleEach(ctx, tt.actuals)
+		if got := fieldOf(t, err); got != tt.field {
+			t.Errorf("SettleEach(%v): error names %q (%v), want %q", tt.actuals, got, err, tt.field)
+		}
+	}
+	if n := st.adjusts.Load(); n != 0 {
+		t.Fatalf("%d Adjust calls for rejected settlements, want 0", n)
+	}
+	if got := remaining(t, lim, "{u}", tokens); got != 500 {
+		t.Fatalf("token budget %d after rejected settlements, want 500 (unchanged)", got)
+	}
+	// Still open: a valid settlement goes through, once.
+	if err := res.SettleEach(ctx, []int64{1, 200}); err != nil {
+		t.Fatalf("valid SettleEach after rejected ones: %v", err)
+	}
+	if r, tk := remaining(t, lim, "{u}", reqs), remaining(t, lim, "{u}", tokens); r != 9 || tk != 800 {
+		t.Errorf("after settling at (1, 200): remaining requests %d, tokens %d; want 9 and 800", r, tk)
+	}
+	if err := res.SettleEach(ctx, []int64{1, 200}); !errors.Is(err, tokenlimit.ErrSettled) {
+		t.Errorf("second SettleEach: %v, want ErrSettled", err)
+	}
+}
+
+func TestSettleStoreFailureLeavesReservationOpen(t *testing.T) {
+	t.Parallel()
+	lim, st, clock := newTestLimiter(t)
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
+	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 60})
+	if err != nil || res == nil {
+		t.Fatal(err)
+	}
+	st.failing.Store(true)
+	clock.Advance(time.Second)
+	err = res.Settle(ctx, 10)
+	if !errors.Is(err, errStoreDown) {
+		t.Fatalf("Settle on a failing store: %v, want it to wrap %v", err, errStoreDown)
+	}
+	if errors.Is(err, tokenlimit.ErrSettled) {
+		t.Errorf("a failed Settle reports ErrSettled: %v", err)
+	}
+	if got := remaining(t, lim, "k", l); got != 40 {
+		t.Fatalf("remaining %d after a failed settlement, want 40 (unchanged)", got)
+	}
+	st.failing.Store(false)
+	if err := res.Settle(ctx, 10); err != nil {
+		t.Fatalf("retried Settle: %v", err)
+	}
+	if got := remaining(t, lim, "k", l); got != 90 {
+		t.Errorf("remaining %d after settling 60 at 10, want 90", got)
+	}
+	if err := res.Settle(ctx, 10); !errors.Is(err, tokenlimit.ErrSettled) {
+		t.Errorf("third Settle: %v, want ErrSettled", err)
+	}
+	if n := st.adjusts.Load(); n != 2 {
+		t.Errorf("%d Adjust calls, want 2 (the failed one and the retry)", n)
+	}
+}
+
+func TestConcurrentSettleAdjustsOnce(t *testing.T) {
+	t.Parallel()
+	lim, st, _ := newTestLimiter(t)
+	ctx := context.Background()
+	l := tokenlimit.FixedWindowLimit(1000, time.Hour)
+	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 100})
+	if err != nil || res == nil {
+		t.Fatal(err)
+	}
+	const goroutines = 8
+	var (
+		start   = make(chan struct{})
+		wg      sync.WaitGroup
+		settled atomic.Int64
+		already atomic.Int64
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			var err error
+			if g%2 == 0 {
+				err = res.Settle(ctx, 30)
+			} else {
+				err = res.SettleEach(ctx, []int64{30})
+			}
+			switch {
+			case err == nil:
+				settled.Add(1)
+			case errors.Is(err, tokenlimit.ErrSettled):
+				already.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if settled.Load() != 1 || already.Load() != goroutines-1 {
+		t.Errorf("%d settled, %d ErrSettled; want 1 and %d", settled.Load(), already.Load(), goroutines-1)
+	}
+	if n := st.adjusts.Load(); n != 1 {
+		t.Errorf("%d Adjust calls, want exactly 1", n)
+	}
+	if got := remaining(t, lim, "k", l); got != 970 {
+		t.Errorf("remaining %d, want 970 (100 reserved, settled once at 30)", got)
+	}
+}
