@@ -355,8 +355,8 @@ func TestValidateAdjustmentsNamesTheAdjustment(t *testing.T) {
 		{"delta above MaxCost", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) {
 			a.Limit, a.Delta = tokenlimit.SlidingLogLimit(5, time.Second), tokenlimit.MaxCost+1
 		})}, "adjustments[0].delta"},
-		{"slow bucket past its delta bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, bound + 1 })}, "adjustments[0].delta"},
-		{"slow bucket past its refund bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, -bound - 1 })}, "adjustments[0].delta"},
+		{"slow bucket past its delta bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, bound+1 })}, "adjustments[0].delta"},
+		{"slow bucket past its refund bound", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Limit, a.Delta = slow, -bound-1 })}, "adjustments[0].delta"},
 		{"empty key", []tokenlimit.Adjustment{with(func(a *tokenlimit.Adjustment) { a.Key = "" })}, "adjustments[0].key"},
 		{"bad limit", []tokenlimit.Adjustment{good, with(func(a *tokenlimit.Adjustment) { a.Key, a.Limit.Period = "j", 0 })}, "adjustments[1].period"},
 		{"repeated budget", []tokenlimit.Adjustment{good, with(func(a *tokenlimit.Adjustment) { a.Delta = 1 })}, "adjustments[1].key"},

@@ -154,7 +154,7 @@ func TestDecisionTightest(t *testing.T) {
 		{"a denial beats any allowed", []tokenlimit.Result{ok(0, time.Hour), deny(9, time.Millisecond)}, 1},
 		{"denied: longest retry", []tokenlimit.Result{deny(0, time.Second), deny(5, time.Hour), deny(0, time.Minute)}, 1},
 		{"denied: equal retry, least remaining", []tokenlimit.Result{deny(3, time.Second), deny(1, time.Second)}, 1},
-		{"cost that can never fit beats a long retry", []tokenlimit.Result{deny(0, 24 * time.Hour), never, ok(0, time.Hour)}, 1},
+		{"cost that can never fit beats a long retry", []tokenlimit.Result{deny(0, 24*time.Hour), never, ok(0, time.Hour)}, 1},
 		{"allowed never beats a cost that can never fit", []tokenlimit.Result{never, ok(0, time.Hour)}, 0},
 	}
 	for _, tt := range tests {
