@@ -53,6 +53,9 @@ type shard struct {
 	mu        sync.Mutex
 	entries   map[mapKey]*entry
 	lastSweep int64
+	// Pad to two cache lines so that cores working on different shards do
+	// not invalidate each other's lines (false sharing).
+	_ [128 - 24]byte
 }
 
 // mapKey keeps algorithms apart: the same key under two algorithms is two
@@ -122,8 +125,9 @@ func (s *Store) Check(_ context.Context, now time.Time, items []tokenlimit.Item,
 	if len(items) > len(buf) {
 		decided = make([]pending, 0, len(items))
 	}
-	unlock := s.lock(items, t)
-	defer unlock()
+	var locks lockSet
+	s.lock(&locks, items, t)
+	defer s.unlock(&locks)
 	allowed := true
 	for i := range items {
 		p := s.decide(&items[i], t)
@@ -271,8 +275,9 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 	for i, a := range adjustments {
 		items[i] = tokenlimit.Item{Key: a.Key, Limit: a.Limit}
 	}
-	unlock := s.lock(items, t)
-	defer unlock()
+	var locks lockSet
+	s.lock(&locks, items, t)
+	defer s.unlock(&locks)
 	created := 0
 	for _, a := range adjustments {
 		if s.lookup(a.Limit.Algorithm, a.Key) == nil {

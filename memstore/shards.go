@@ -12,30 +12,31 @@ func (s *Store) shardOf(key string) int {
 	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
 }
 
-// lock locks the shards that hold items, in index order so that concurrent
-// multi-item checks cannot deadlock, sweeps those that are due at now, and
-// returns the function that unlocks them.
-func (s *Store) lock(items []tokenlimit.Item, now int64) (unlock func()) {
-	if len(items) == 1 {
-		sh := &s.shards[s.shardOf(items[0].Key)]
-		sh.mu.Lock()
-		s.sweepDue(sh, now)
-		return sh.mu.Unlock
-	}
-	idx := make([]int, len(items))
+// lockSet is the set of shards one call holds, in index order.
+type lockSet struct {
+	idx [tokenlimit.MaxItems]int
+	n   int
+}
+
+// lock locks the shards that hold items (at most MaxItems), in index order
+// so that concurrent multi-item checks cannot deadlock, and sweeps those that
+// are due at now. Release them with unlock.
+func (s *Store) lock(set *lockSet, items []tokenlimit.Item, now int64) {
 	for i := range items {
-		idx[i] = s.shardOf(items[i].Key)
+		set.idx[i] = s.shardOf(items[i].Key)
 	}
+	idx := set.idx[:len(items)]
 	slices.Sort(idx)
-	idx = slices.Compact(idx)
-	for _, i := range idx {
+	set.n = len(slices.Compact(idx))
+	for _, i := range set.idx[:set.n] {
 		s.shards[i].mu.Lock()
 		s.sweepDue(&s.shards[i], now)
 	}
-	return func() {
-		for _, i := range idx {
-			s.shards[i].mu.Unlock()
-		}
+}
+
+func (s *Store) unlock(set *lockSet) {
+	for _, i := range set.idx[:set.n] {
+		s.shards[i].mu.Unlock()
 	}
 }
 
