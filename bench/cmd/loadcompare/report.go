@@ -1,0 +1,216 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// report writes the markdown; the first write error sticks in err.
+type report struct {
+	out io.Writer
+	err error
+}
+
+func (w *report) printf(format string, a ...any) {
+	if w.err == nil {
+		_, w.err = fmt.Fprintf(w.out, format, a...)
+	}
+}
+
+func (w *report) header(cfg config, m machineInfo) {
+	w.printf("# loadcompare — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	w.printf("- machine: %d CPUs (%s), GOMAXPROCS %d, load average at start %s\n", m.cpus, m.cpuModel, m.gomaxprocs, m.loadAtStart)
+	w.printf("- %s; %s; the tool and redis-server share the machine, on loopback\n", m.goVersion, m.redis)
+	w.printf("- %d run(s), medians shown; load cells of %s after %s of warm-up; keys user=100000..user=%d; limit %d/s, burst %d\n",
+		cfg.runs, cfg.duration, cfg.warmup, 100000+cfg.keys-1, perSecond, burst)
+	w.printf("- clients: go-redis %s with its default pool (PoolSize 10 x GOMAXPROCS = %d); rueidis %s with its defaults (auto-pipelining), client-side caching off; redis_rate %s\n\n",
+		moduleVersion("github.com/redis/go-redis/v9"), 10*m.gomaxprocs, moduleVersion("github.com/redis/rueidis"), moduleVersion("github.com/go-redis/redis_rate/v10"))
+}
+
+func (w *report) footer() {
+	w.printf("Load average at the end: %s. Absolute figures swing with the machine's other load: compare only within one run.\n", loadAverage())
+}
+
+func kilo(x float64) string {
+	if x >= 1000 {
+		return fmt.Sprintf("%.1fk", x/1000)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "**met**"
+	}
+	return "**not met**"
+}
+
+func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
+	med := make([][]float64, len(variants)) // [variant][callers]
+	p99 := make([][]float64, len(variants))
+	minAllowed := 1.0
+	for v := range variants {
+		med[v] = make([]float64, len(cfg.callers))
+		p99[v] = make([]float64, len(cfg.callers))
+		for ci := range cfg.callers {
+			var rates, tails []float64
+			for _, c := range cells[v][ci] {
+				rates = append(rates, c.perSecond())
+				tails = append(tails, float64(c.hist.quantile(0.99)))
+				if c.decisions > 0 {
+					minAllowed = min(minAllowed, float64(c.allowed)/float64(c.decisions))
+				}
+			}
+			med[v][ci], p99[v][ci] = median(rates), median(tails)
+		}
+	}
+	cols := func() {
+		w.printf("| variant |")
+		for _, n := range cfg.callers {
+			w.printf(" %d |", n)
+		}
+		w.printf("\n|---|")
+		for range cfg.callers {
+			w.printf("---:|")
+		}
+		w.printf("\n")
+	}
+
+	w.printf("## Decisions per second by concurrent callers\n\n")
+	cols()
+	for v := range variants {
+		w.printf("| %s |", variants[v].name)
+		for ci := range cfg.callers {
+			w.printf(" %s |", kilo(med[v][ci]))
+		}
+		w.printf("\n")
+	}
+	w.printf("\nAllowed decisions: at least %.1f%% of every cell's (so every variant ran its write path).\n\n", 100*minAllowed)
+
+	w.printf("### Ratios (same run)\n\n")
+	ratios := []struct {
+		name     string
+		num, den int
+	}{
+		{"ours token bucket (rueidis) / redis_rate", 2, 0},
+		{"ours GCRA (rueidis) / redis_rate", 3, 0},
+		{"ours token bucket (go-redis) / redis_rate", 1, 0},
+		{"seed script: rueidis / go-redis pool", 5, 4},
+		{"ours token bucket (rueidis) / seed script (rueidis)", 2, 5},
+	}
+	w.printf("| ratio |")
+	for _, n := range cfg.callers {
+		w.printf(" %d |", n)
+	}
+	w.printf("\n|---|")
+	for range cfg.callers {
+		w.printf("---:|")
+	}
+	w.printf("\n")
+	for _, r := range ratios {
+		w.printf("| %s |", r.name)
+		for ci := range cfg.callers {
+			w.printf(" %.2fx |", med[r.num][ci]/med[r.den][ci])
+		}
+		w.printf("\n")
+	}
+	for ci, n := range cfg.callers {
+		if n == 64 {
+			tb, gcra := med[2][ci]/med[0][ci], med[3][ci]/med[0][ci]
+			w.printf("\nTarget (issue 2): at 64 callers ≥ 2x redis_rate. Token bucket via rueidis: %.2fx, %s; GCRA via rueidis: %.2fx, %s.\n",
+				tb, verdict(tb >= 2), gcra, verdict(gcra >= 2))
+		}
+	}
+
+	w.printf("\n### p99 latency of one decision\n\n")
+	cols()
+	for v := range variants {
+		w.printf("| %s |", variants[v].name)
+		for ci := range cfg.callers {
+			w.printf(" %s |", time.Duration(p99[v][ci]).Round(time.Microsecond))
+		}
+		w.printf("\n")
+	}
+	w.printf("\n")
+}
+
+func (w *report) scripts(cfg config, variants []variant, costs [][]scriptCost, sets []float64) {
+	w.printf("## Script cost inside Redis\n\n")
+	w.printf("EVALSHA's `usec_per_call` from `INFO commandstats` after `CONFIG RESETSTAT`, each script alone: %d calls by 16 callers over %d keys, after %d unmeasured calls that create the keys. Median of %d run(s), range in brackets.\n\n",
+		cfg.scriptCalls, cfg.keys, cfg.scriptCalls, cfg.runs)
+	w.printf("| script | µs per call | vs seed token_bucket.lua | EVALSHA per decision | EVAL (reloads) |\n|---|---:|---:|---:|---:|\n")
+	med := make([]float64, len(variants))
+	seed := -1
+	for v := range variants {
+		var us []float64
+		for _, c := range costs[v] {
+			us = append(us, c.usecPerCall)
+		}
+		med[v] = median(us)
+		if strings.HasPrefix(variants[v].name, "seed") {
+			seed = v
+		}
+	}
+	for v := range variants {
+		lo, hi := med[v], med[v]
+		var evals int64
+		per := 0.0
+		for _, c := range costs[v] {
+			lo, hi = min(lo, c.usecPerCall), max(hi, c.usecPerCall)
+			evals += c.evals
+			per = max(per, c.perDecision)
+		}
+		ratio := "—"
+		if seed >= 0 && med[seed] > 0 {
+			ratio = fmt.Sprintf("%.2fx", med[v]/med[seed])
+		}
+		w.printf("| %s | %.2f [%.2f–%.2f] | %s | %.2f | %d |\n", variants[v].name, med[v], lo, hi, ratio, per, evals)
+	}
+	w.printf("| plain SET (reference) | %.2f | | | |\n\n", median(sets))
+	if seed >= 0 && med[seed] > 0 {
+		tb, gcra := med[0]/med[seed], med[1]/med[seed]
+		w.printf("Target (issue 2): ours ≤ 0.6x the seed script. Token bucket: %.2fx, %s; GCRA: %.2fx, %s.\n\n",
+			tb, verdict(tb <= 0.6), gcra, verdict(gcra <= 0.6))
+	}
+}
+
+func (w *report) memory(mem []keyMemory) {
+	w.printf("## Memory per idle key\n\n")
+	w.printf("`MEMORY USAGE key SAMPLES 0` after one cost-1 decision on `%s` on an empty server.\n\n", memoryKey)
+	w.printf("| budget | Redis key(s) | type/encoding | bytes | TTL |\n|---|---|---|---:|---:|\n")
+	var rate int64
+	for _, m := range mem {
+		if strings.HasPrefix(m.name, "redis_rate") {
+			rate = m.total()
+		}
+	}
+	for _, m := range mem {
+		keys, kinds, bytes := m.describe()
+		if len(m.bytes) > 1 {
+			bytes += fmt.Sprintf(" = %d", m.total())
+		}
+		w.printf("| %s | %s | %s | %s | %s |\n", m.name, keys, kinds, bytes, m.ttl.Round(time.Millisecond))
+	}
+	w.printf("\nTarget (issue 2): token bucket and GCRA ≤ 88 bytes (redis_rate's key measures %d here).", rate)
+	for _, m := range mem {
+		if m.name == "ours token_bucket" || m.name == "ours gcra" {
+			w.printf(" %s: %d, %s.", strings.TrimPrefix(m.name, "ours "), m.total(), verdict(m.total() <= 88))
+		}
+	}
+	w.printf("\n\n")
+}
+
+// moduleVersion is the version of module path built into this binary.
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "(unknown version)"
+}
