@@ -95,6 +95,12 @@ type Limit struct {
 	// bucket's capacity; redis-cell's max_burst+1). Zero means Quota. The
 	// window algorithms ignore it and must leave it zero.
 	Burst int64
+	// Offset shifts the windows of a FixedWindow or SlidingCounter: they
+	// start at Offset + k×Period in Unix time, so a 24h window with an 8h
+	// offset runs from 08:00 to 08:00 UTC. Zero aligns windows to the Unix
+	// epoch. 0 <= Offset < Period, in whole milliseconds; other algorithms
+	// must leave it zero.
+	Offset time.Duration
 }
 
 // Bounds on a Limit. They keep every computation exact in 53 bits, the range
@@ -193,6 +199,16 @@ func (l Limit) Validate() error {
 		return fieldErr("quota", "a sliding counter's quota must be at most %d, got %d", int64(MaxSlidingCounterQuota), l.Quota)
 	case l.Algorithm == SlidingCounter && l.Period > MaxSlidingCounterPeriod:
 		return fieldErr("period", "a sliding counter's window must be at most %s, got %s", MaxSlidingCounterPeriod, l.Period)
+	}
+	if l.Offset != 0 {
+		switch {
+		case l.Algorithm != FixedWindow && l.Algorithm != SlidingCounter:
+			return fieldErr("offset", "only fixed_window and sliding_counter windows can be offset, not %s", l.Algorithm)
+		case l.Offset < 0 || l.Offset >= l.Period:
+			return fieldErr("offset", "must be in [0, period), got %s for period %s", l.Offset, l.Period)
+		case l.Offset%time.Millisecond != 0:
+			return fieldErr("offset", "must be a whole number of milliseconds, got %s", l.Offset)
+		}
 	}
 	if !l.bucketed() {
 		if l.Burst != 0 {

@@ -33,9 +33,10 @@ func ceilDiv(a, b int64) int64 {
 	return (a + b - 1) / b
 }
 
-// windowStart returns the start of the length-long epoch-aligned window that
-// holds now, but never earlier than floor: a clock that steps back stays in
-// the newest window seen, so it cannot reopen an old window's budget.
-func windowStart(now, length, floor int64) int64 {
-	return max(now-now%length, floor)
+// windowStart returns the start of the length-long window that holds now
+// (windows start at offset + k×length), but never earlier than floor: a clock
+// that steps back stays in the newest window seen, so it cannot reopen an
+// old window's budget. 0 <= offset < length <= now.
+func windowStart(now, length, offset, floor int64) int64 {
+	return max(now-(now-offset)%length, floor)
 }

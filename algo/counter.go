@@ -56,7 +56,7 @@ func (w Window) Sliding(s Pair, now, cost int64) (Pair, Outcome) {
 // The second result is how long to keep the state (0: delete it).
 func (w Window) SlidingAdjust(s Pair, now, chargedAt, delta int64) (Pair, int64) {
 	s = w.shift(s, now)
-	charged := windowStart(chargedAt, w.Length, 0)
+	charged := windowStart(chargedAt, w.Length, w.Offset, 0)
 	switch {
 	case delta > 0:
 		s.Cur = min(s.Cur+delta, maxSlidingCount)
@@ -70,7 +70,7 @@ func (w Window) SlidingAdjust(s Pair, now, chargedAt, delta int64) (Pair, int64)
 
 // shift moves the state to the window that holds now.
 func (w Window) shift(s Pair, now int64) Pair {
-	start := windowStart(now, w.Length, s.Start)
+	start := windowStart(now, w.Length, w.Offset, s.Start)
 	switch start {
 	case s.Start:
 		return s

@@ -1,10 +1,12 @@
 package algo
 
 // Window is the shape shared by the window algorithms: at most Limit cost per
-// Length microseconds.
+// Length microseconds, in windows starting at Offset + k×Length (fixed
+// window and sliding counter; 0 <= Offset < Length).
 type Window struct {
 	Limit  int64
 	Length int64
+	Offset int64
 }
 
 // maxFixedCount caps a fixed window's count, twice tokenlimit's MaxQuota, so
@@ -54,7 +56,7 @@ func (w Window) FixedAdjust(s Counter, now, chargedAt, delta int64) (Counter, in
 	switch {
 	case delta > 0:
 		s.Count = min(s.Count+delta, maxFixedCount)
-	case windowStart(chargedAt, w.Length, 0) == s.Start:
+	case windowStart(chargedAt, w.Length, w.Offset, 0) == s.Start:
 		s.Count = max(0, s.Count+delta)
 	}
 	return s, w.resetAt(s.Count, s.Start+w.Length, now)
@@ -62,7 +64,7 @@ func (w Window) FixedAdjust(s Counter, now, chargedAt, delta int64) (Counter, in
 
 // current returns the state of the window that holds now.
 func (w Window) current(s Counter, now int64) Counter {
-	start := windowStart(now, w.Length, s.Start)
+	start := windowStart(now, w.Length, w.Offset, s.Start)
 	if start != s.Start {
 		return Counter{Start: start}
 	}

@@ -325,7 +325,7 @@ func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
 }
 
 func window(l tokenlimit.Limit) algo.Window {
-	return algo.Window{Limit: l.Quota, Length: l.Period.Microseconds()}
+	return algo.Window{Limit: l.Quota, Length: l.Period.Microseconds(), Offset: l.Offset.Microseconds()}
 }
 
 func bucket(l tokenlimit.Limit) algo.Bucket {

@@ -22,6 +22,8 @@ var differentialLimits = []tokenlimit.Limit{
 	tokenlimit.TokenBucketLimit(10, 3, time.Second),
 	tokenlimit.TokenBucketLimit(13, 7, time.Minute),
 	tokenlimit.GCRALimit(4, 90000, time.Minute),
+	{Algorithm: tokenlimit.FixedWindow, Quota: 5, Period: 2 * time.Second, Offset: 700 * time.Millisecond},
+	{Algorithm: tokenlimit.SlidingCounter, Quota: 8, Period: 3 * time.Second, Offset: 1100 * time.Millisecond},
 }
 
 // program interprets bytes, three per operation, as a sequence of checks,

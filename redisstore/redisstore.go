@@ -141,7 +141,7 @@ func (s *Store) header(now time.Time, more int) []string {
 
 // appendParams adds an item's algorithm, parameters and cost (or delta).
 func appendParams(args []string, l tokenlimit.Limit, cost int64) []string {
-	p1, p2, p3 := l.Quota, l.Period.Microseconds(), int64(0)
+	p1, p2, p3 := l.Quota, l.Period.Microseconds(), l.Offset.Microseconds()
 	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
 		p1 = l.Capacity()
 		p2, p3 = l.Interval()

@@ -49,6 +49,22 @@ func fixedWindowCases() []Case {
 			at(300*ms, 1, Ok(0, 700*ms)),
 		},
 	}, {
+		Name:  "fixed_window/offset windows: a day from 08:00 to 08:00",
+		Limit: tokenlimit.Limit{Algorithm: tokenlimit.FixedWindow, Quota: 3, Period: 24 * time.Hour, Offset: 8 * time.Hour},
+		Steps: []Step{
+			at(7*time.Hour, 3, Ok(0, time.Hour)),
+			at(7*time.Hour+59*time.Minute, 1, Deny(0, time.Minute, time.Minute)),
+			at(8*time.Hour, 1, Ok(2, 24*time.Hour)),
+		},
+	}, {
+		Name:  "sliding_counter/offset windows",
+		Limit: tokenlimit.Limit{Algorithm: tokenlimit.SlidingCounter, Quota: 10, Period: 10 * s, Offset: 5 * s},
+		Steps: []Step{
+			// The window is [5s, 15s); at 17.5s the previous one weighs 0.75.
+			at(10*s, 8, Ok(2, 15*s)),
+			at(17500*ms, 2, Ok(2, 17500*ms)),
+		},
+	}, {
 		Name:  "fixed_window/clock stepping back stays in the newest window",
 		Limit: fw5per5s,
 		Steps: []Step{

@@ -11,9 +11,9 @@ for i = 1, n do
   local alg, p1, p2, p3, delta, at = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]),
     tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   if alg == FIXED_WINDOW then
-    fw_adjust(KEYS[k], p1, p2, now, at, delta, pad)
+    fw_adjust(KEYS[k], p1, p2, p3, now, at, delta, pad)
   elseif alg == SLIDING_COUNTER then
-    sc_adjust(KEYS[k], p1, p2, now, at, delta, pad)
+    sc_adjust(KEYS[k], p1, p2, p3, now, at, delta, pad)
   elseif alg == SLIDING_LOG then
     sl_adjust(KEYS[k], KEYS[k + 1], p2, now, at, delta, pad)
   else

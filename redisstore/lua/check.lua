@@ -1,7 +1,7 @@
 -- check.lua: decides N items all or nothing (tokenlimit.Store.Check).
 -- ARGV[1]: now in µs, or "" to read the server's TIME; ARGV[2]: TTL padding
 -- in ms; then 5 values per item: algorithm, p1, p2, p3, cost, where p1..p3
--- are limit, window µs, 0 for the window algorithms and capacity, num, den
+-- are limit, window µs, offset µs for the window algorithms and capacity, num, den
 -- for the buckets. KEYS: one per item, two for a sliding log (log, sum).
 -- Reply: now, then per item allowed, toolarge, remaining, retry µs, reset µs.
 
@@ -10,9 +10,9 @@ local pad = tonumber(ARGV[2])
 
 local function decide(alg, k, p1, p2, p3, cost)
   if alg == FIXED_WINDOW then
-    return fw_check(KEYS[k], p1, p2, now, cost)
+    return fw_check(KEYS[k], p1, p2, p3, now, cost)
   elseif alg == SLIDING_COUNTER then
-    return sc_check(KEYS[k], p1, p2, now, cost)
+    return sc_check(KEYS[k], p1, p2, p3, now, cost)
   elseif alg == SLIDING_LOG then
     return sl_check(KEYS[k], KEYS[k + 1], p1, p2, now, cost)
   end

@@ -1,12 +1,12 @@
 -- fixed_window.lua: mirrors algo.Window.Fixed and FixedAdjust.
 -- State "start:count" in one string key.
 
-local function fw_current(st, now, len)
+local function fw_current(st, now, len, offset)
   local s0, c0 = 0, 0
   if st then
     s0, c0 = st[1], st[2]
   end
-  local start = window_start(now, len, s0)
+  local start = window_start(now, len, offset, s0)
   if start ~= s0 then
     return start, 0
   end
@@ -21,8 +21,8 @@ local function fw_reset(count, finish, now)
 end
 
 -- Returns allowed, toolarge, remaining, retry, reset, and the state to store.
-local function fw_check(key, limit, len, now, cost)
-  local start, count = fw_current(parse(redis.call('GET', key)), now, len)
+local function fw_check(key, limit, len, offset, now, cost)
+  local start, count = fw_current(parse(redis.call('GET', key)), now, len, offset)
   local finish = start + len
   local remaining, reset = math.max(0, limit - count), fw_reset(count, finish, now)
   if cost > limit then
@@ -38,11 +38,11 @@ local function fw_check(key, limit, len, now, cost)
   return 0, 0, remaining, finish - now, reset
 end
 
-local function fw_adjust(key, limit, len, now, at, delta, pad)
-  local start, count = fw_current(parse(redis.call('GET', key)), now, len)
+local function fw_adjust(key, limit, len, offset, now, at, delta, pad)
+  local start, count = fw_current(parse(redis.call('GET', key)), now, len, offset)
   if delta > 0 then
     count = math.min(count + delta, MAX_FIXED_COUNT)
-  elseif window_start(at, len, 0) == start then
+  elseif window_start(at, len, offset, 0) == start then
     count = math.max(0, count + delta)
   end
   store(key, int(start) .. ':' .. int(count), fw_reset(count, start + len, now), pad)

@@ -19,10 +19,11 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
--- The start of the epoch-aligned window of length len holding now, never
--- before floor (a clock that steps back stays in the newest window seen).
-local function window_start(now, len, floor)
-  return math.max(fdiv(now, len) * len, floor)
+-- The start of the window of length len holding now (windows start at
+-- offset + k*len), never before floor (a clock that steps back stays in the
+-- newest window seen).
+local function window_start(now, len, offset, floor)
+  return math.max(now - (now - offset - fdiv(now - offset, len) * len), floor)
 end
 
 -- Integers stored as "a:b:c" in one string (one allocation-free parse).

@@ -3,12 +3,12 @@
 
 local PPM = 1000000
 
-local function sc_shift(st, now, len)
+local function sc_shift(st, now, len, offset)
   local s0, cur, prev = 0, 0, 0
   if st then
     s0, cur, prev = st[1], st[2], st[3]
   end
-  local start = window_start(now, len, s0)
+  local start = window_start(now, len, offset, s0)
   if start == s0 then
     return start, cur, prev
   elseif start == s0 + len then
@@ -70,8 +70,8 @@ local function sc_fit_at(len, start, cur, prev, budget)
   return start
 end
 
-local function sc_check(key, limit, len, now, cost)
-  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len)
+local function sc_check(key, limit, len, offset, now, cost)
+  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len, offset)
   local est = cur + sc_prev_share(len, prev, now - start)
   local remaining, reset = math.max(0, limit - est), sc_reset(len, start, cur, prev, now)
   if cost > limit then
@@ -88,9 +88,9 @@ local function sc_check(key, limit, len, now, cost)
   return 0, 0, remaining, sc_fit_at(len, start, cur, prev, limit - cost) - now, reset
 end
 
-local function sc_adjust(key, limit, len, now, at, delta, pad)
-  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len)
-  local charged = window_start(at, len, 0)
+local function sc_adjust(key, limit, len, offset, now, at, delta, pad)
+  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len, offset)
+  local charged = window_start(at, len, offset, 0)
   if delta > 0 then
     cur = math.min(cur + delta, MAX_SLIDING_COUNT)
   elseif charged == start then
