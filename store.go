@@ -146,6 +146,9 @@ type Store interface {
 	// Adjust applies adjustments at time now atomically: all or, on an error,
 	// none. Adjustments never deny.
 	Adjust(ctx context.Context, now time.Time, adjustments []Adjustment) error
+	// Reset forgets key's budget under algorithm alg: it is whole again.
+	// Resetting a budget that holds nothing is not an error.
+	Reset(ctx context.Context, key string, alg Algorithm) error
 }
 
 // ValidateItems checks items and results for a Store.Check call; stores call
@@ -172,6 +175,14 @@ func ValidateItems(items []Item, results []Result) error {
 		}
 	}
 	return nil
+}
+
+// ValidateKey checks a key and algorithm for Store.Reset.
+func ValidateKey(key string, alg Algorithm) error {
+	if !alg.Valid() {
+		return fieldErr("algorithm", "unknown algorithm %d", alg)
+	}
+	return validateKeyCost(key, "cost", 0, 0)
 }
 
 // ValidateAdjustments checks adjustments for a Store.Adjust call, like

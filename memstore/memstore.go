@@ -324,6 +324,18 @@ func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
 	}
 }
 
+// Reset implements tokenlimit.Store.
+func (s *Store) Reset(_ context.Context, key string, alg tokenlimit.Algorithm) error {
+	if err := tokenlimit.ValidateKey(key, alg); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	sh := &s.shards[s.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s.remove(alg, key)
+	return nil
+}
+
 func window(l tokenlimit.Limit) algo.Window {
 	return algo.Window{Limit: l.Quota, Length: l.Period.Microseconds(), Offset: l.Offset.Microseconds()}
 }

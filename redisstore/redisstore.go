@@ -60,6 +60,7 @@ type Store struct {
 	padMs  string
 	check  script
 	adjust script
+	reset  script
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -82,6 +83,7 @@ func New(client Scripter, opts Options) (*Store, error) {
 		padMs:  strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
 		check:  newScript(checkSource),
 		adjust: newScript(adjustSource),
+		reset:  newScript(resetSource),
 	}, nil
 }
 
@@ -124,6 +126,17 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenli
 	}
 	if _, err := s.run(ctx, s.adjust, keys, args); err != nil {
 		return fmt.Errorf("redisstore: adjust: %w", err)
+	}
+	return nil
+}
+
+// Reset implements tokenlimit.Store: it deletes the budget's keys.
+func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
+	if err := tokenlimit.ValidateKey(key, alg); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if _, err := s.run(ctx, s.reset, s.appendKeys(nil, key, alg), nil); err != nil {
+		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,9 @@ var luaFiles embed.FS
 var (
 	checkSource  = assemble("check.lua")
 	adjustSource = assemble("adjust.lua")
+	// resetSource deletes a budget's keys (through a script, so that it goes
+	// through the same Scripter as everything else).
+	resetSource = "redis.call('DEL', unpack(KEYS))\nreturn {}"
 )
 
 func assemble(main string) string {

@@ -168,3 +168,33 @@ func runScriptFlush(t *testing.T, open Open) {
 		}
 	}
 }
+
+// runReset: Reset makes a budget whole, touches no other, and accepts a
+// budget that holds nothing.
+func runReset(t *testing.T, open Open) {
+	st := open(t).Replica()
+	ctx := context.Background()
+	for _, l := range exactLimits() {
+		for _, key := range []string{"reset", "kept"} {
+			items := []tokenlimit.Item{{Key: key, Limit: l, Cost: 70}}
+			if _, err := st.Check(ctx, Base, items, make([]tokenlimit.Result, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Reset(ctx, "reset", l.Algorithm); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		if got := peek(t, st, l, "reset"); got.Remaining != l.Capacity() {
+			t.Errorf("%s: %d left after Reset, want %d", l, got.Remaining, l.Capacity())
+		}
+		if got := peek(t, st, l, "kept"); got.Remaining != l.Capacity()-70 {
+			t.Errorf("%s: the other key has %d left after Reset, want %d", l, got.Remaining, l.Capacity()-70)
+		}
+		if err := st.Reset(ctx, "never-used", l.Algorithm); err != nil {
+			t.Errorf("%s: Reset of an unused key: %v", l, err)
+		}
+	}
+	if err := st.Reset(ctx, "", tokenlimit.TokenBucket); !errors.Is(err, tokenlimit.ErrInvalid) {
+		t.Errorf("Reset with an empty key: %v, want ErrInvalid", err)
+	}
+}

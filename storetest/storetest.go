@@ -51,6 +51,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("invalid", func(t *testing.T) { runInvalid(t, open) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, open) })
 	t.Run("script-cache", func(t *testing.T) { runScriptFlush(t, open) })
+	t.Run("reset", func(t *testing.T) { runReset(t, open) })
 }
 
 // Case is one behaviour: steps applied in order to a fresh key space.
