@@ -1,0 +1,434 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// rawFile is the YAML as written; builder validates it into a Config.
+type rawFile struct {
+	Timezone    string               `yaml:"timezone"`
+	DefaultPlan string               `yaml:"default_plan"`
+	Limits      []rawLimit           `yaml:"limits"`
+	Plans       map[string]rawPlan   `yaml:"plans"`
+	APIKeys     map[string]rawAPIKey `yaml:"api_keys"`
+}
+
+type rawLimit struct {
+	Name          string            `yaml:"name"`
+	Match         map[string]string `yaml:"match"`
+	Key           []string          `yaml:"key"`
+	Algorithm     string            `yaml:"algorithm"`
+	Limit         string            `yaml:"limit"`
+	Capacity      int64             `yaml:"capacity"`
+	Refill        string            `yaml:"refill"`
+	Rate          string            `yaml:"rate"`
+	MaxBurst      *int64            `yaml:"max_burst"`
+	Calendar      string            `yaml:"calendar"`
+	Cost          yaml.Node         `yaml:"cost"`
+	Shadow        bool              `yaml:"shadow"`
+	FailureMode   string            `yaml:"failure_mode"`
+	FailOpenShare *float64          `yaml:"fail_open_share"`
+}
+
+type rawPlan struct {
+	Daily   int64    `yaml:"daily"`
+	Monthly int64    `yaml:"monthly"`
+	Key     []string `yaml:"key"`
+}
+
+type rawAPIKey struct {
+	User      string                 `yaml:"user"`
+	Tenant    string                 `yaml:"tenant"`
+	Plan      string                 `yaml:"plan"`
+	Overrides map[string]rawOverride `yaml:"overrides"`
+}
+
+type rawOverride struct {
+	Limit    string `yaml:"limit"`
+	Capacity int64  `yaml:"capacity"`
+	Refill   string `yaml:"refill"`
+	Rate     string `yaml:"rate"`
+	MaxBurst *int64 `yaml:"max_burst"`
+}
+
+// builder collects every error, each with its file:line and field path.
+type builder struct {
+	source string
+	root   *yaml.Node
+	errs   []error
+}
+
+// fail records an error at the node found by path (a mix of map keys and
+// list indexes), or at the closest ancestor that exists.
+func (b *builder) fail(path []any, format string, args ...any) {
+	b.errs = append(b.errs, fmt.Errorf("%s:%d: %s: %s", b.source, b.line(path), pathString(path), fmt.Sprintf(format, args...)))
+}
+
+func (b *builder) line(path []any) int {
+	n := b.root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, p := range path {
+		next := child(n, p)
+		if next == nil {
+			break
+		}
+		n, line = next, next.Line
+	}
+	return line
+}
+
+func child(n *yaml.Node, p any) *yaml.Node {
+	switch key := p.(type) {
+	case string:
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+	case int:
+		if n.Kind == yaml.SequenceNode && key < len(n.Content) {
+			return n.Content[key]
+		}
+	}
+	return nil
+}
+
+func pathString(path []any) string {
+	var sb strings.Builder
+	for _, p := range path {
+		switch v := p.(type) {
+		case int:
+			fmt.Fprintf(&sb, "[%d]", v)
+		default:
+			if sb.Len() > 0 {
+				sb.WriteByte('.')
+			}
+			fmt.Fprint(&sb, v)
+		}
+	}
+	return sb.String()
+}
+
+func at(path []any, more ...any) []any {
+	return append(slices.Clip(path), more...)
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+func (b *builder) build(raw *rawFile) *Config {
+	cfg := &Config{Location: time.UTC, APIKeys: map[string]Identity{}, DefaultPlan: raw.DefaultPlan}
+	if raw.Timezone != "" {
+		loc, err := time.LoadLocation(raw.Timezone)
+		if err != nil {
+			b.fail([]any{"timezone"}, "unknown time zone %q", raw.Timezone)
+		} else {
+			cfg.Location = loc
+		}
+	}
+	names := map[string]int{}
+	for i := range raw.Limits {
+		path := []any{"limits", i}
+		l, ok := b.limit(path, &raw.Limits[i])
+		if !ok {
+			continue
+		}
+		if j, dup := names[l.Name]; dup {
+			b.fail(at(path, "name"), "%q is already the name of limits[%d]", l.Name, j)
+			continue
+		}
+		names[l.Name] = i
+		l.Line = b.line(path)
+		cfg.Limits = append(cfg.Limits, l)
+	}
+	cfg.Limits = append(cfg.Limits, b.plans(raw.Plans, names)...)
+	if raw.DefaultPlan != "" {
+		if _, ok := raw.Plans[raw.DefaultPlan]; !ok {
+			b.fail([]any{"default_plan"}, "no plan named %q under plans", raw.DefaultPlan)
+		}
+	}
+	for _, key := range sortedKeys(raw.APIKeys) {
+		cfg.APIKeys[key] = b.apiKey([]any{"api_keys", key}, raw.APIKeys[key], raw.Plans, cfg.Limits)
+	}
+	if len(cfg.Limits) == 0 && len(b.errs) == 0 {
+		b.fail(nil, "no limits: add at least one under limits or plans")
+	}
+	return cfg
+}
+
+func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
+	before := len(b.errs)
+	l := Limit{Name: r.Name, Key: r.Key, Shadow: r.Shadow, FailOpen: true, FailOpenShare: 1, Calendar: r.Calendar}
+	if !namePattern.MatchString(r.Name) {
+		b.fail(at(path, "name"), "want 1-63 lowercase letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", r.Name)
+	}
+	l.Match = map[string]Pattern{}
+	for d, v := range r.Match {
+		if v == "" {
+			b.fail(at(path, "match", d), "empty value: use \"*\" to match any value")
+		}
+		l.Match[d] = Pattern(v)
+	}
+	for i, d := range r.Key {
+		if d == "" || slices.Index(r.Key, d) != i {
+			b.fail(at(path, "key", i), "want distinct, non-empty descriptor names, got %q", d)
+		}
+	}
+	alg, err := tokenlimit.ParseAlgorithm(r.Algorithm)
+	if err != nil {
+		b.fail(at(path, "algorithm"), "%v", err)
+	} else {
+		l.Limit = b.params(path, alg, rawParams{r.Limit, r.Capacity, r.Refill, r.Rate, r.MaxBurst})
+	}
+	l.Cost = b.cost(at(path, "cost"), &r.Cost)
+	switch r.FailureMode {
+	case "", "open":
+	case "closed":
+		l.FailOpen = false
+	default:
+		b.fail(at(path, "failure_mode"), "want open or closed, got %q", r.FailureMode)
+	}
+	if r.FailOpenShare != nil {
+		if s := *r.FailOpenShare; s <= 0 || s > 1 {
+			b.fail(at(path, "fail_open_share"), "want a share in (0, 1], got %v", s)
+		} else {
+			l.FailOpenShare = s
+		}
+	}
+	b.calendar(path, &l)
+	return l, len(b.errs) == before
+}
+
+func (b *builder) calendar(path []any, l *Limit) {
+	switch l.Calendar {
+	case "":
+	case "day", "month":
+		if l.Limit.Algorithm != tokenlimit.FixedWindow {
+			b.fail(at(path, "calendar"), "only a fixed_window can follow the calendar, not %s", l.Limit.Algorithm)
+		}
+	default:
+		b.fail(at(path, "calendar"), "want day or month, got %q", l.Calendar)
+	}
+}
+
+type rawParams struct {
+	limit    string
+	capacity int64
+	refill   string
+	rate     string
+	maxBurst *int64
+}
+
+// params turns the algorithm's parameters into an engine limit, checking
+// that exactly the right ones are given.
+func (b *builder) params(path []any, alg tokenlimit.Algorithm, p rawParams) tokenlimit.Limit {
+	given := map[string]bool{"limit": p.limit != "", "capacity": p.capacity != 0, "refill": p.refill != "", "rate": p.rate != "", "max_burst": p.maxBurst != nil}
+	var want []string
+	var l tokenlimit.Limit
+	switch alg {
+	case tokenlimit.TokenBucket:
+		want = []string{"capacity", "refill"}
+		n, per := b.rate(at(path, "refill"), p.refill)
+		l = tokenlimit.TokenBucketLimit(p.capacity, n, per)
+	case tokenlimit.GCRA:
+		want = []string{"rate", "max_burst"}
+		n, per := b.rate(at(path, "rate"), p.rate)
+		burst := int64(0)
+		if p.maxBurst != nil {
+			burst = *p.maxBurst
+		}
+		l = tokenlimit.GCRALimit(burst, n, per)
+	default:
+		want = []string{"limit"}
+		n, per := b.rate(at(path, "limit"), p.limit)
+		l = tokenlimit.Limit{Algorithm: alg, Quota: n, Period: per}
+	}
+	for _, f := range []string{"limit", "capacity", "refill", "rate", "max_burst"} {
+		switch wanted := slices.Contains(want, f); {
+		case wanted && !given[f]:
+			b.fail(at(path, f), "%s needs %s", alg, strings.Join(want, " and "))
+		case !wanted && given[f]:
+			b.fail(at(path, f), "%s takes %s, not %s", alg, strings.Join(want, " and "), f)
+		}
+	}
+	if l.Quota > 0 && l.Period > 0 && (alg != tokenlimit.TokenBucket || p.capacity != 0) {
+		if err := l.Validate(); err != nil {
+			b.fail(at(path, fieldOf(err, alg)), "%v", err)
+		}
+	}
+	return l
+}
+
+// fieldOf maps an engine FieldError's field to the configuration's name.
+func fieldOf(err error, alg tokenlimit.Algorithm) string {
+	field := strings.SplitN(err.Error(), ":", 2)[0]
+	switch {
+	case alg == tokenlimit.TokenBucket && field == "burst":
+		return "capacity"
+	case alg == tokenlimit.TokenBucket:
+		return "refill"
+	case alg == tokenlimit.GCRA && field == "burst":
+		return "max_burst"
+	case alg == tokenlimit.GCRA:
+		return "rate"
+	}
+	return "limit"
+}
+
+func (b *builder) rate(path []any, s string) (int64, time.Duration) {
+	if s == "" {
+		return 0, 0
+	}
+	n, per, err := ParseRate(s)
+	if err != nil {
+		b.fail(path, "%v", err)
+	}
+	return n, per
+}
+
+// cost reads a cost: absent (the request's own cost), "request", a positive
+// integer, or {by, weights, default}.
+func (b *builder) cost(path []any, n *yaml.Node) Cost {
+	switch n.Kind {
+	case 0:
+		return Cost{}
+	case yaml.ScalarNode:
+		if n.Value == "request" {
+			return Cost{}
+		}
+		c, err := strconv.ParseInt(n.Value, 10, 64)
+		if err != nil || c <= 0 || c > tokenlimit.MaxCost {
+			b.fail(path, "want a positive whole number, \"request\" or {by, weights, default}; got %q", n.Value)
+		}
+		return Cost{Constant: c}
+	case yaml.MappingNode:
+		var raw struct {
+			By      string           `yaml:"by"`
+			Weights map[string]int64 `yaml:"weights"`
+			Default int64            `yaml:"default"`
+		}
+		if err := decodeStrict(n, &raw); err != nil {
+			b.fail(path, "%v", err)
+			return Cost{}
+		}
+		if raw.By == "" {
+			b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
+		}
+		for v, w := range raw.Weights {
+			if w <= 0 || w > tokenlimit.MaxCost {
+				b.fail(at(path, "weights", v), "want a positive whole number, got %d", w)
+			}
+		}
+		if raw.Default < 0 {
+			b.fail(at(path, "default"), "must not be negative, got %d", raw.Default)
+		}
+		if raw.Default == 0 {
+			raw.Default = 1
+		}
+		return Cost{By: raw.By, Weights: raw.Weights, Default: raw.Default}
+	}
+	b.fail(path, "want a positive whole number, \"request\" or {by, weights, default}")
+	return Cost{}
+}
+
+// decodeStrict decodes a mapping node, refusing keys v does not have.
+func decodeStrict(n *yaml.Node, v any) error {
+	data, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s", unknownField.ReplaceAllString(yamlLine.ReplaceAllString(err.Error(), ""), `unknown field "$2"`))
+	}
+	return nil
+}
+
+// plans turns each plan's daily and monthly token quotas into calendar
+// fixed windows named plan-<plan>-daily and plan-<plan>-monthly.
+func (b *builder) plans(plans map[string]rawPlan, names map[string]int) []Limit {
+	var out []Limit
+	for _, name := range sortedKeys(plans) {
+		p := plans[name]
+		path := []any{"plans", name}
+		if !namePattern.MatchString(name) {
+			b.fail(path, "plan names follow the rules of limit names; got %q", name)
+			continue
+		}
+		key := p.Key
+		if len(key) == 0 {
+			key = []string{"api_key"}
+		}
+		if p.Daily == 0 && p.Monthly == 0 {
+			b.fail(path, "a plan needs a daily or a monthly quota")
+		}
+		for _, q := range []struct {
+			field, calendar string
+			quota           int64
+			period          time.Duration
+		}{{"daily", "day", p.Daily, 24 * time.Hour}, {"monthly", "month", p.Monthly, 31 * 24 * time.Hour}} {
+			if q.quota == 0 {
+				continue
+			}
+			if q.quota < 0 || q.quota > tokenlimit.MaxQuota {
+				b.fail(at(path, q.field), "want a positive whole number of tokens, got %d", q.quota)
+				continue
+			}
+			l := Limit{
+				Name:     "plan-" + name + "-" + q.field,
+				Match:    map[string]Pattern{"plan": Pattern(name)},
+				Key:      key,
+				Limit:    tokenlimit.FixedWindowLimit(q.quota, q.period),
+				Calendar: q.calendar, FailOpen: true, FailOpenShare: 1,
+			}
+			if _, dup := names[l.Name]; dup {
+				b.fail(at(path, q.field), "the generated limit %q clashes with a limit of that name", l.Name)
+				continue
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (b *builder) apiKey(path []any, k rawAPIKey, plans map[string]rawPlan, limits []Limit) Identity {
+	id := Identity{User: k.User, Tenant: k.Tenant, Plan: k.Plan, Overrides: map[string]tokenlimit.Limit{}}
+	if k.Plan != "" {
+		if _, ok := plans[k.Plan]; !ok {
+			b.fail(at(path, "plan"), "no plan named %q under plans", k.Plan)
+		}
+	}
+	for name, o := range k.Overrides {
+		i := slices.IndexFunc(limits, func(l Limit) bool { return l.Name == name })
+		if i < 0 {
+			b.fail(at(path, "overrides", name), "no limit named %q", name)
+			continue
+		}
+		id.Overrides[name] = b.params(at(path, "overrides", name), limits[i].Limit.Algorithm, rawParams{o.Limit, o.Capacity, o.Refill, o.Rate, o.MaxBurst})
+	}
+	return id
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,217 @@
+// Package config reads tokenlimit's YAML configuration into validated limits.
+// Every error names the file, the line, the field and the reason, such as
+//
+//	limits.yaml:12: limits[1].refill: want N/period such as 2/s, got "fast"
+//
+// Unknown fields are errors, not ignored. The format is documented in
+// docs/config.md; examples/ holds ready files.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// Config is a validated configuration. Build it with Load or Parse.
+type Config struct {
+	// Limits in file order, plans' quotas appended after them.
+	Limits []Limit
+	// Location is the time zone of calendar quotas (UTC by default).
+	Location *time.Location
+	// APIKeys maps an api key to the identity it stands for.
+	APIKeys map[string]Identity
+	// DefaultPlan is the plan of requests that name none ("" for none).
+	DefaultPlan string
+	// Source is the file the configuration came from, for messages.
+	Source string
+}
+
+// Identity is what an api key stands for: descriptors added to every request
+// that carries it, and per-limit overrides.
+type Identity struct {
+	User, Tenant, Plan string
+	// Overrides replaces, for this key only, the parameters of the named
+	// limits (the algorithm stays the same).
+	Overrides map[string]tokenlimit.Limit
+}
+
+// Limit is one configured limit.
+type Limit struct {
+	// Name identifies the limit in answers, metrics and keys.
+	Name string
+	// Match selects the requests the limit applies to: every descriptor
+	// named must be present and match (see Pattern). Empty matches all.
+	Match map[string]Pattern
+	// Key lists the descriptors whose values form the budget's key; a
+	// request lacking one of them is not subject to the limit.
+	Key []string
+	// Limit is the engine's limit.
+	Limit tokenlimit.Limit
+	// Cost says what a request costs under this limit.
+	Cost Cost
+	// Shadow limits are evaluated and reported but never deny.
+	Shadow bool
+	// FailOpen: while the store is failing, allow and count locally (true)
+	// or deny with 503 (false).
+	FailOpen bool
+	// FailOpenShare is the share of the limit one replica admits locally
+	// while the store is failing, in (0, 1].
+	FailOpenShare float64
+	// Calendar, if not empty, aligns the limit's window to calendar days or
+	// months ("day", "month") in Config.Location.
+	Calendar string
+	// Line is where the limit is defined (0 for generated ones).
+	Line int
+}
+
+// Pattern matches a descriptor value: "*" matches any value, "abc*" any
+// value with that prefix, anything else exactly.
+type Pattern string
+
+// Matches reports whether v matches the pattern.
+func (p Pattern) Matches(v string) bool {
+	if p == "*" {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(string(p), "*"); ok {
+		return strings.HasPrefix(v, prefix)
+	}
+	return string(p) == v
+}
+
+// Cost is what a request costs under a limit: Constant if not zero;
+// otherwise the weight of the descriptor By (Weights, else Default) if By is
+// set; otherwise the request's own cost.
+type Cost struct {
+	Constant int64
+	By       string
+	Weights  map[string]int64
+	Default  int64
+}
+
+// Of returns the cost of a request with the given descriptors and own cost.
+func (c Cost) Of(descriptors map[string]string, requestCost int64) int64 {
+	switch {
+	case c.Constant > 0:
+		return c.Constant
+	case c.By != "":
+		if w, ok := c.Weights[descriptors[c.By]]; ok {
+			return w
+		}
+		return c.Default
+	}
+	return requestCost
+}
+
+// Dimensions are the descriptors the service knows by name; any other name
+// is a custom descriptor, equally usable in match and key.
+var Dimensions = []string{"user", "api_key", "model", "ip", "route", "tenant", "plan"}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse validates data, naming source in errors.
+func Parse(data []byte, source string) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(source, err)
+	}
+	var raw rawFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	b := builder{source: source, root: &root}
+	if err := dec.Decode(&raw); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, yamlError(source, err)
+		}
+		// Unknown fields and wrong types: report them with everything else.
+		b.errs = append(b.errs, yamlError(source, err))
+	}
+	cfg := b.build(&raw)
+	if len(b.errs) > 0 {
+		return nil, errors.Join(b.errs...)
+	}
+	cfg.Source = source
+	return cfg, nil
+}
+
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
+
+// yamlError rewrites the YAML library's messages as file:line: reason.
+func yamlError(source string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]error, len(te.Errors))
+		for i, m := range te.Errors {
+			m = unknownField.ReplaceAllString(m, `line $1: unknown field "$2"`)
+			msgs[i] = errors.New(yamlLine.ReplaceAllString(m, source+":$1: "))
+		}
+		return errors.Join(msgs...)
+	}
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: the file is empty", source)
+	}
+	return errors.New(yamlLine.ReplaceAllString(err.Error(), source+":$1: "))
+}
+
+// ParseRate reads "N/period" such as "10/s", "100000/min", "5/5s", "2/1h30m".
+// Period units: ms, s, sec, m, min, h, hour, d, day, or a Go duration.
+func ParseRate(s string) (int64, time.Duration, error) {
+	num, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("want N/period such as 2/s, got %q", s)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, 0, fmt.Errorf("want a positive whole number before '/', got %q", s)
+	}
+	d, err := ParsePeriod(per)
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, d, nil
+}
+
+var periodUnits = map[string]time.Duration{
+	"ms": time.Millisecond, "s": time.Second, "sec": time.Second, "second": time.Second,
+	"m": time.Minute, "min": time.Minute, "minute": time.Minute,
+	"h": time.Hour, "hour": time.Hour, "d": 24 * time.Hour, "day": 24 * time.Hour,
+}
+
+// ParsePeriod reads a period: a unit alone ("s", "min", "day"), a Go
+// duration ("5s", "1h30m") or a count of days ("7d").
+func ParsePeriod(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if d, ok := periodUnits[s]; ok {
+		return d, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n > 0 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a period such as s, min, 5s or 1h, got %q", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// decide runs a plan: the enforced checks in one atomic call, then, if they
+// admit the request, the shadow checks in another.
+func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
+	d := Decision{Allowed: true, At: s.opts.Clock()}
+	if len(p.enforced) > 0 {
+		td, failed, err := s.checkStore(ctx, p.enforced)
+		switch {
+		case err != nil:
+			return Decision{}, err
+		case failed:
+			d = s.failover(p.enforced)
+		default:
+			d.Allowed, d.At = td.Allowed, td.At
+			d.Limits = outcomes(p.enforced, td.Results, false)
+		}
+	}
+	if len(p.shadow) > 0 && d.Allowed {
+		td, failed, err := s.checkStore(ctx, p.shadow)
+		if err != nil {
+			return Decision{}, err
+		}
+		if !failed {
+			d.Limits = append(d.Limits, outcomes(p.shadow, td.Results, false)...)
+		}
+	}
+	return d, nil
+}
+
+func outcomes(checks []check, results []tokenlimit.Result, failOpen bool) []Outcome {
+	out := make([]Outcome, len(checks))
+	for i, c := range checks {
+		out[i] = Outcome{
+			Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
+			Shadow: c.limit.Shadow, FailOpen: failOpen, Result: results[i],
+		}
+	}
+	return out
+}
+
+func items(checks []check) []tokenlimit.Item {
+	out := make([]tokenlimit.Item, len(checks))
+	for i, c := range checks {
+		out[i] = c.item
+	}
+	return out
+}
+
+// checkStore calls the store through the breaker and timeout. failed reports
+// a store failure (the caller applies failure modes); err is for invalid
+// input only.
+func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
+	d, _, failed, err = s.callStore(ctx, checks, false)
+	return d, failed, err
+}
+
+// callStore checks, or reserves, checks on the store; see checkStore.
+func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (d tokenlimit.Decision, r *tokenlimit.Reservation, failed bool, err error) {
+	call := func(ctx context.Context) (tokenlimit.Decision, error) {
+		if reserve {
+			var err error
+			d, r, err = s.limiter.Reserve(ctx, items(checks)...)
+			return d, err
+		}
+		return s.limiter.Check(ctx, items(checks)...)
+	}
+	if !s.opts.Remote {
+		d, err = call(ctx)
+		if err != nil && !errors.Is(err, tokenlimit.ErrInvalid) {
+			s.metrics.storeErrors.Inc()
+			s.log.Error("store failed", "error", err)
+			return d, nil, true, nil
+		}
+		return d, r, false, err
+	}
+	if !s.breaker.Allow() {
+		return d, nil, true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	defer cancel()
+	d, err = call(ctx)
+	if errors.Is(err, tokenlimit.ErrInvalid) {
+		s.breaker.Done(nil)
+		return d, nil, false, err
+	}
+	s.breaker.Done(err)
+	if err != nil {
+		s.metrics.storeErrors.Inc()
+		s.log.Warn("store failed; applying failure modes", "error", err)
+		return d, nil, true, nil
+	}
+	return d, r, false, nil
+}
+
+// failover decides while the store is failing: a fail-closed limit makes the
+// request unavailable (503); fail-open limits are decided on the local
+// in-memory budget, each at its configured share of the limit.
+func (s *Service) failover(checks []check) Decision {
+	d := Decision{At: s.opts.Clock()}
+	var open []check
+	for _, c := range checks {
+		if !c.limit.FailOpen {
+			d.Unavailable = true
+			d.Limits = append(d.Limits, Outcome{Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
+				Result: tokenlimit.Result{Limit: c.item.Limit.Capacity()}})
+			continue
+		}
+		c.item.Limit = share(c.item.Limit, c.limit.FailOpenShare)
+		open = append(open, c)
+	}
+	if d.Unavailable {
+		return d
+	}
+	ld, err := s.local.Check(context.Background(), items(open)...)
+	if err != nil { // the local store is full: nothing can be counted
+		s.log.Error("local fail-open budget failed", "error", err)
+		d.Unavailable = true
+		return d
+	}
+	d.Allowed, d.Limits = ld.Allowed, outcomes(open, ld.Results, true)
+	return d
+}
+
+// share scales a limit to a share of its budget, keeping at least 1.
+func share(l tokenlimit.Limit, f float64) tokenlimit.Limit {
+	if f >= 1 {
+		return l
+	}
+	scale := func(v int64) int64 { return max(1, int64(math.Floor(float64(v)*f))) }
+	if l.Burst != 0 {
+		l.Burst = scale(l.Burst)
+	}
+	l.Quota = scale(l.Quota)
+	return l
+}

@@ -1,0 +1,156 @@
+package service
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+)
+
+// ruleset is one configuration, compiled. It is immutable once built.
+type ruleset struct {
+	version int64
+	cfg     *config.Config
+}
+
+func compile(cfg *config.Config, version int64) *ruleset {
+	return &ruleset{version: version, cfg: cfg}
+}
+
+// check is one limit to decide for one request.
+type check struct {
+	limit       *config.Limit
+	request     int
+	item        tokenlimit.Item
+	descriptors map[string]string // the request's, enriched
+}
+
+// plan holds the checks of one service call, split into enforced and shadow.
+type plan struct {
+	enforced []check
+	shadow   []check
+}
+
+// plan validates requests and selects their limits.
+func (s *Service) plan(reqs []Request) (plan, error) {
+	rules := s.rules.Load()
+	now := s.opts.Clock()
+	var p plan
+	for i, r := range reqs {
+		if err := s.validate(i, r); err != nil {
+			return plan{}, err
+		}
+		desc := enrich(rules.cfg, r.Descriptors)
+		cost := r.Cost
+		if cost == 0 {
+			cost = 1
+		}
+		for li := range rules.cfg.Limits {
+			l := &rules.cfg.Limits[li]
+			key, ok := applies(l, desc)
+			if !ok {
+				continue
+			}
+			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: l.Limit, Cost: l.Cost.Of(desc, cost)}, descriptors: desc}
+			if o, ok := rules.cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
+				c.item.Limit = o
+			}
+			if l.Calendar != "" {
+				c.item.Key, c.item.Limit = calendarWindow(c.item, l, rules.cfg.Location, now)
+			}
+			if l.Shadow {
+				p.shadow = append(p.shadow, c)
+			} else {
+				p.enforced = append(p.enforced, c)
+			}
+		}
+	}
+	return p, nil
+}
+
+func (s *Service) validate(i int, r Request) error {
+	if r.Cost < 0 || r.Cost > tokenlimit.MaxCost {
+		return invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
+	}
+	for name, v := range r.Descriptors {
+		switch {
+		case name == "" || len(name) > 64:
+			return invalid("requests[%d].descriptors: names must be 1-64 bytes, got %q", i, name)
+		case len(v) > s.opts.MaxDescriptorLength:
+			return invalid("requests[%d].descriptors.%s: at most %d bytes, got %d", i, name, s.opts.MaxDescriptorLength, len(v))
+		}
+	}
+	return nil
+}
+
+// enrich adds what the configuration knows of the request's api key (user,
+// tenant, plan) and the default plan, without overriding given descriptors.
+func enrich(cfg *config.Config, d map[string]string) map[string]string {
+	out := make(map[string]string, len(d)+3)
+	for k, v := range d {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	if id, ok := cfg.APIKeys[out["api_key"]]; ok && out["api_key"] != "" {
+		setIfEmpty(out, "user", id.User)
+		setIfEmpty(out, "tenant", id.Tenant)
+		setIfEmpty(out, "plan", id.Plan)
+	}
+	setIfEmpty(out, "plan", cfg.DefaultPlan)
+	return out
+}
+
+func setIfEmpty(d map[string]string, k, v string) {
+	if d[k] == "" && v != "" {
+		d[k] = v
+	}
+}
+
+// applies reports whether l selects a request with descriptors d, and the
+// budget's key: "<name>|<dim>=<value>|...", values escaped so that no value
+// can forge another key or a Redis Cluster hash tag.
+func applies(l *config.Limit, d map[string]string) (string, bool) {
+	for name, p := range l.Match {
+		v, ok := d[name]
+		if !ok || !p.Matches(v) {
+			return "", false
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString(l.Name)
+	for _, dim := range l.Key {
+		v, ok := d[dim]
+		if !ok {
+			return "", false
+		}
+		sb.WriteString("|" + dim + "=" + url.QueryEscape(v))
+	}
+	return sb.String(), true
+}
+
+// calendarWindow turns a calendar limit into the fixed window of the current
+// day or month in loc: the key gains the period's label, and the window
+// starts at the period's start and lasts until its end (days of 23 or 25
+// hours and months of 28 to 31 days included).
+func calendarWindow(it tokenlimit.Item, l *config.Limit, loc *time.Location, now time.Time) (string, tokenlimit.Limit) {
+	t := now.In(loc)
+	var start, end time.Time
+	var label string
+	if l.Calendar == "month" {
+		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, loc)
+		end = start.AddDate(0, 1, 0)
+		label = start.Format("2006-01")
+	} else {
+		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, loc)
+		end = start.AddDate(0, 0, 1)
+		label = start.Format("2006-01-02")
+	}
+	period := end.Sub(start)
+	lim := it.Limit
+	lim.Period = period
+	lim.Offset = time.Duration(start.UnixMilli()%period.Milliseconds()) * time.Millisecond
+	return it.Key + "|" + label, lim
+}

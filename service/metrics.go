@@ -1,0 +1,96 @@
+package service
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenlimit/tokenlimit/internal/breaker"
+)
+
+// metrics are the service's Prometheus metrics. Labels name limits and
+// results, never keys, so their cardinality is bounded by the configuration.
+type metrics struct {
+	decisions   *prometheus.CounterVec
+	nearLimit   *prometheus.CounterVec
+	latency     prometheus.Histogram
+	storeErrors prometheus.Counter
+	breaker     prometheus.Gauge
+	reloads     *prometheus.CounterVec
+}
+
+// nearLimitShare: an allowed decision leaving less than this share of the
+// limit counts as near the limit.
+const nearLimitShare = 0.1
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_decisions_total",
+			Help: "Decisions per limit; result is allowed, denied, shadow_allowed, shadow_denied, fail_open_allowed, fail_open_denied or fail_closed.",
+		}, []string{"limit", "result"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_near_limit_total",
+			Help: "Allowed decisions that left less than 10% of the limit.",
+		}, []string{"limit"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tokenlimit_decision_seconds",
+			Help:    "Time to decide a check, store round trip included.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenlimit_store_errors_total",
+			Help: "Failed calls to the store (timeouts, connection errors).",
+		}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenlimit_breaker_state",
+			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_config_reloads_total",
+			Help: "Configuration reloads by result (ok, error).",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.breaker, m.reloads} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) breakerChanged(s breaker.State) {
+	m.breaker.Set(float64(s))
+}
+
+// observe counts a decision per limit.
+func (m *metrics) observe(d Decision, took time.Duration) {
+	if took > 0 {
+		m.latency.Observe(took.Seconds())
+	}
+	for _, o := range d.Limits {
+		m.decisions.WithLabelValues(o.Name, resultLabel(d, o)).Inc()
+		if o.Allowed && float64(o.Remaining) < nearLimitShare*float64(o.Limit) {
+			m.nearLimit.WithLabelValues(o.Name).Inc()
+		}
+	}
+}
+
+func resultLabel(d Decision, o Outcome) string {
+	verdict := "denied"
+	if o.Allowed {
+		verdict = "allowed"
+	}
+	switch {
+	case d.Unavailable && !o.FailOpen:
+		return "fail_closed"
+	case o.Shadow:
+		return "shadow_" + verdict
+	case o.FailOpen:
+		return "fail_open_" + verdict
+	}
+	return verdict
+}

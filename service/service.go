@@ -1,0 +1,240 @@
+// Package service turns the engine into a rate-limit service: a request's
+// descriptors (user, api_key, model, route, ...) select the configured limits,
+// their keys are built from the descriptors, and all of them are checked in
+// one atomic multi-limit call. It also applies shadow limits, failure modes
+// (fail-open with a local budget, fail-closed), reservations with idempotency
+// ids, configuration reloads and metrics. Transports (HTTP, gRPC) sit on top.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/breaker"
+	"github.com/tokenlimit/tokenlimit/memstore"
+)
+
+// Options configures a Service. Store is required; zero values of the rest
+// take the defaults documented on each field.
+type Options struct {
+	// Store is where budgets live: a memstore or a redisstore.
+	Store tokenlimit.Store
+	// StoreName describes the store for health answers ("memory", "redis").
+	StoreName string
+	// Remote reports whether the store is remote (Redis): only then do
+	// timeouts, the circuit breaker and failure modes apply.
+	Remote bool
+	// Clock is the service's time; time.Now when nil.
+	Clock func() time.Time
+	// StoreTimeout bounds every call to a remote store. Default 50ms.
+	StoreTimeout time.Duration
+	// BreakerThreshold consecutive store failures open the circuit breaker
+	// for BreakerCooldown. Defaults 5 and 1s.
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// Registerer receives the service's Prometheus metrics; nil for none.
+	Registerer prometheus.Registerer
+	// Logger receives structured logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// MaxDescriptorLength caps each descriptor value, in bytes. Default 256.
+	MaxDescriptorLength int
+	// ReservationTTL is how long an unsettled reservation can still be
+	// settled; after it the reservation simply stands. Default 10 minutes.
+	ReservationTTL time.Duration
+}
+
+// Service answers rate-limit questions. It is safe for concurrent use.
+type Service struct {
+	opts     Options
+	limiter  *tokenlimit.Limiter
+	local    *tokenlimit.Limiter // fail-open budgets while the store fails
+	breaker  *breaker.Breaker
+	metrics  *metrics
+	log      *slog.Logger
+	rules    atomic.Pointer[ruleset]
+	reserves *reservations
+}
+
+// New returns a service enforcing cfg.
+func New(cfg *config.Config, opts Options) (*Service, error) {
+	if cfg == nil || opts.Store == nil {
+		return nil, errors.New("service: New needs a configuration and a store")
+	}
+	opts = withDefaults(opts)
+	s := &Service{opts: opts, log: opts.Logger}
+	var err error
+	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock)); err != nil {
+		return nil, err
+	}
+	local, err := memstore.New(memstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if s.local, err = tokenlimit.NewLimiter(local, tokenlimit.WithClock(opts.Clock)); err != nil {
+		return nil, err
+	}
+	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("service: metrics: %w", err)
+	}
+	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock, s.metrics.breakerChanged)
+	s.reserves = newReservations(opts.Clock, opts.ReservationTTL)
+	s.rules.Store(compile(cfg, 1))
+	return s, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.StoreTimeout == 0 {
+		o.StoreTimeout = 50 * time.Millisecond
+	}
+	if o.BreakerThreshold == 0 {
+		o.BreakerThreshold = 5
+	}
+	if o.BreakerCooldown == 0 {
+		o.BreakerCooldown = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxDescriptorLength == 0 {
+		o.MaxDescriptorLength = 256
+	}
+	if o.ReservationTTL == 0 {
+		o.ReservationTTL = 10 * time.Minute
+	}
+	if o.StoreName == "" {
+		o.StoreName = "memory"
+	}
+	return o
+}
+
+// Reload replaces the limits with cfg's; checks in flight finish with the
+// old ones. It records the reload in the metrics.
+func (s *Service) Reload(cfg *config.Config) {
+	old := s.rules.Load()
+	s.rules.Store(compile(cfg, old.version+1))
+	s.metrics.reloads.WithLabelValues("ok").Inc()
+	s.log.Info("configuration reloaded", "source", cfg.Source, "version", old.version+1, "limits", len(cfg.Limits))
+}
+
+// ReloadFailed records a configuration that was rejected; the old limits
+// keep running.
+func (s *Service) ReloadFailed(source string, err error) {
+	s.metrics.reloads.WithLabelValues("error").Inc()
+	s.log.Error("configuration rejected, keeping the running limits", "source", source, "error", err)
+}
+
+// ConfigVersion returns the version of the limits in force: 1 at start, one
+// more per reload.
+func (s *Service) ConfigVersion() int64 { return s.rules.Load().version }
+
+// Health describes the store for health endpoints.
+type Health struct {
+	Store   string `json:"store"`
+	Breaker string `json:"breaker"`
+	// Degraded is true while the store is failing (breaker not closed).
+	Degraded bool `json:"degraded"`
+}
+
+// Health returns the store's health.
+func (s *Service) Health() Health {
+	st := s.breaker.State()
+	return Health{Store: s.opts.StoreName, Breaker: st.String(), Degraded: st != breaker.Closed}
+}
+
+// Request is one set of descriptors to check, with the request's own cost.
+type Request struct {
+	// Descriptors name the request: user, api_key, model, ip, route,
+	// tenant, plan, or any custom name. Values are at most
+	// Options.MaxDescriptorLength bytes.
+	Descriptors map[string]string
+	// Cost is the request's own cost (such as LLM tokens), used by limits
+	// whose cost is "request". Zero means 1.
+	Cost int64
+}
+
+// Outcome is one limit's answer within a Decision.
+type Outcome struct {
+	// Name is the limit's name; Key the budget's key.
+	Name string
+	Key  string
+	// Request is the index of the Request that selected the limit.
+	Request int
+	// Cost is what the request cost under this limit.
+	Cost int64
+	// Shadow limits never deny; Allowed says whether they would have.
+	Shadow bool
+	// FailOpen marks an answer taken from the local budget because the
+	// store was failing.
+	FailOpen bool
+	tokenlimit.Result
+}
+
+// Decision is the service's answer.
+type Decision struct {
+	// Allowed is false if an enforced limit denied (or could not decide and
+	// fails closed).
+	Allowed bool
+	// Unavailable is true when a fail-closed limit could not be decided
+	// because the store is failing: answer 503, not 429.
+	Unavailable bool
+	// Limits lists every limit that applied, enforced and shadow.
+	Limits []Outcome
+	// At is when the store decided.
+	At time.Time
+	// ReservationID is set by Reserve.
+	ReservationID string
+}
+
+// Tightest returns the enforced outcome that constrains the request most (see
+// tokenlimit.Decision.Tightest), for rate-limit headers; false if none.
+func (d Decision) Tightest() (Outcome, bool) {
+	var results []tokenlimit.Result
+	var index []int
+	for i, o := range d.Limits {
+		if !o.Shadow {
+			results = append(results, o.Result)
+			index = append(index, i)
+		}
+	}
+	i := tokenlimit.Decision{Results: results}.Tightest()
+	if i < 0 {
+		return Outcome{}, false
+	}
+	return d.Limits[index[i]], true
+}
+
+// Check decides requests against the limits they select, all or nothing:
+// the enforced limits of all requests are charged only if every one admits.
+// Shadow limits are checked after, and never deny.
+func (s *Service) Check(ctx context.Context, reqs ...Request) (Decision, error) {
+	start := time.Now()
+	plan, err := s.plan(reqs)
+	if err != nil {
+		return Decision{}, err
+	}
+	d, err := s.decide(ctx, plan)
+	if err != nil {
+		return Decision{}, err
+	}
+	s.metrics.observe(d, time.Since(start))
+	return d, nil
+}
+
+// ErrInvalidRequest marks a request the service refuses: a descriptor too
+// long, a negative cost. Test with errors.Is; the message names the field.
+var ErrInvalidRequest = errors.New("invalid request")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
