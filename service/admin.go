@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tokenlimit/tokenlimit/config"
+)
+
+// LimitInfo describes one effective limit, for listings.
+type LimitInfo struct {
+	Name      string            `json:"name"`
+	Match     map[string]string `json:"match,omitempty"`
+	Key       []string          `json:"key"`
+	Algorithm string            `json:"algorithm"`
+	Quota     int64             `json:"quota"`
+	PeriodMs  int64             `json:"period_ms"`
+	Burst     int64             `json:"burst,omitempty"`
+	Cost      string            `json:"cost"`
+	Shadow    bool              `json:"shadow,omitempty"`
+	FailOpen  bool              `json:"fail_open"`
+	Calendar  string            `json:"calendar,omitempty"`
+}
+
+// Limits lists the limits in force, in configuration order.
+func (s *Service) Limits() []LimitInfo {
+	cfg := s.rules.Load().cfg
+	out := make([]LimitInfo, len(cfg.Limits))
+	for i, l := range cfg.Limits {
+		match := map[string]string{}
+		for k, v := range l.Match {
+			match[k] = string(v)
+		}
+		out[i] = LimitInfo{
+			Name: l.Name, Match: match, Key: l.Key, Algorithm: l.Limit.Algorithm.String(),
+			Quota: l.Limit.Quota, PeriodMs: l.Limit.Period.Milliseconds(), Burst: l.Limit.Burst,
+			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar,
+		}
+	}
+	return out
+}
+
+func costString(c config.Cost) string {
+	switch {
+	case c.Constant > 0:
+		return fmt.Sprint(c.Constant)
+	case c.By != "":
+		return fmt.Sprintf("by %s %v default %d", c.By, c.Weights, c.Default)
+	}
+	return "request"
+}
+
+// Inspect reports the state of every limit req selects without charging
+// anything (each is peeked with cost 0).
+func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
+	p, err := s.plan([]Request{req})
+	if err != nil {
+		return Decision{}, err
+	}
+	checks := append(p.enforced, p.shadow...)
+	for i := range checks {
+		checks[i].item.Cost = 0
+	}
+	if len(checks) == 0 {
+		return Decision{Allowed: true, At: s.opts.Clock()}, nil
+	}
+	td, failed, err := s.checkStore(ctx, checks)
+	if err != nil {
+		return Decision{}, err
+	}
+	if failed {
+		return Decision{}, fmt.Errorf("service: inspect: the store is failing")
+	}
+	return Decision{Allowed: true, At: td.At, Limits: outcomes(checks, td.Results, false)}, nil
+}
+
+// Reset makes whole the budgets req selects, all of them or only the limit
+// named limit, and returns the keys it reset.
+func (s *Service) Reset(ctx context.Context, req Request, limit string) ([]string, error) {
+	p, err := s.plan([]Request{req})
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, c := range append(p.enforced, p.shadow...) {
+		if limit != "" && c.limit.Name != limit {
+			continue
+		}
+		if err := s.opts.Store.Reset(ctx, c.item.Key, c.item.Limit.Algorithm); err != nil {
+			return keys, fmt.Errorf("service: reset %s: %w", c.item.Key, err)
+		}
+		keys = append(keys, c.item.Key)
+	}
+	return keys, nil
+}
