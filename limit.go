@@ -119,6 +119,12 @@ const (
 	MaxSlidingCounterQuota = 1 << 33
 	// MaxExact is the largest integer every computation may reach: 2^53.
 	MaxExact = 1 << 53
+	// MaxBucketSpan bounds a TokenBucket or GCRA: capacity × num (see
+	// Interval), the time a bucket takes to fill in 1/den µs, must be at most
+	// 2^51, and so must |delta| × num of an adjustment. With the current time
+	// (about 2^51 µs since 1970) every intermediate value then stays below
+	// 2^53 in Lua.
+	MaxBucketSpan = 1 << 51
 	// MaxLogEntries caps the entries of one SlidingLog key, so a script
 	// never walks an unbounded list: a sliding log admits at most this many
 	// requests per window whatever their cost.
@@ -221,10 +227,10 @@ func (l Limit) Validate() error {
 
 func (l Limit) validateBucket() error {
 	if l.Burst < 0 || l.Burst > MaxQuota {
-		return fieldErr("burst", "must be between 1 and %d, got %d", int64(MaxQuota), l.Burst)
+		return fieldErr("burst", "must be between 0 (meaning quota) and %d, got %d", int64(MaxQuota), l.Burst)
 	}
 	num, _ := l.Interval()
-	if l.Capacity() > MaxExact/2/num {
+	if l.Capacity() > MaxBucketSpan/num {
 		return fieldErr("burst", "burst %d with %d per %s needs more than 53 bits of precision; lower the burst or use a rate that divides the period evenly", l.Capacity(), l.Quota, l.Period)
 	}
 	return nil

@@ -24,10 +24,10 @@ func fieldOf(t *testing.T, err error) string {
 }
 
 // precisionBound is the largest capacity Validate accepts for a bucket that
-// refills one unit every num/den µs: capacity × num must stay within 2^52.
+// refills one unit every num/den µs: capacity × num must stay within 2^51.
 func precisionBound(l tokenlimit.Limit) int64 {
 	num, _ := l.Interval()
-	return tokenlimit.MaxExact / 2 / num
+	return tokenlimit.MaxBucketSpan / num
 }
 
 func TestLimitValidate(t *testing.T) {
@@ -96,7 +96,7 @@ func TestLimitValidate(t *testing.T) {
 		{"gcra max_burst -2", tokenlimit.GCRALimit(-2, 1, sec), "burst"},
 		{"burst above MaxQuota", tokenlimit.TokenBucketLimit(tokenlimit.MaxQuota+1, 1000, ms), "burst"},
 
-		// precision: capacity × interval beyond 2^52
+		// precision: capacity × interval beyond 2^51
 		{"bucket past the precision bound", tokenlimit.TokenBucketLimit(maxBurst+1, 1, tokenlimit.MaxPeriod), "burst"},
 		{"gcra past the precision bound", tokenlimit.GCRALimit(maxBurst, 1, tokenlimit.MaxPeriod), "burst"},
 		{"implicit burst (quota) past the precision bound", tokenlimit.Limit{Algorithm: tb, Quota: tokenlimit.MaxQuota, Period: tokenlimit.MaxPeriod}, "burst"},

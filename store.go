@@ -97,7 +97,7 @@ func (a Adjustment) Validate() error {
 	}
 	if a.Limit.bucketed() {
 		num, _ := a.Limit.Interval()
-		if limit := MaxExact / 2 / num; a.Delta > limit || -a.Delta > limit {
+		if limit := MaxBucketSpan / num; a.Delta > limit || -a.Delta > limit {
 			return fieldErr("delta", "must be within ±%d for %s, got %d", limit, a.Limit, a.Delta)
 		}
 	}

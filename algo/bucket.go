@@ -1,5 +1,9 @@
 package algo
 
+// MaxDebt caps how far extra charges can push a bucket's TAT past now, in
+// µs (2^51, about 71 years), so that times stay below 2^53.
+const MaxDebt = 1 << 51
+
 // Bucket is a token bucket, which is also GCRA: Capacity units at most, one
 // unit refilling every Num/Den microseconds (a reduced fraction, so rates like
 // 3 per second stay exact). Capacity × Num must stay below 2^53.
@@ -63,6 +67,9 @@ func (b Bucket) Adjust(s TAT, now, delta int64) (TAT, int64) {
 	s = b.atLeast(s, now)
 	if delta >= 0 {
 		s = b.add(s, delta)
+		if s.Tat-now > MaxDebt {
+			s = TAT{Tat: now + MaxDebt}
+		}
 		return s, b.reset(s, now)
 	}
 	back := -delta * b.Num

@@ -77,6 +77,10 @@ func (m *bucketModel) adjust(now, delta int64) int64 {
 	tat := ratMax(m.tat, n)
 	tat = new(big.Rat).Add(tat, m.units(delta))
 	m.tat = ratMax(tat, n)
+	// Extra charges are capped MaxDebt µs past now.
+	if limit := rat(now + MaxDebt); m.tat.Cmp(limit) > 0 {
+		m.tat = limit
+	}
 	return ratCeil(new(big.Rat).Sub(m.tat, n))
 }
 
@@ -107,7 +111,7 @@ func randomBucketLimit(rng *rand.Rand) tokenlimit.Limit {
 		l = tokenlimit.TokenBucketLimit(0, 1+rng.Int64N(1_000_000), time.Duration(1+rng.Int64N(86_400_000))*time.Millisecond)
 	}
 	num, _ := l.Interval()
-	maxCap := min(int64(tokenlimit.MaxQuota), tokenlimit.MaxExact/2/num)
+	maxCap := min(int64(tokenlimit.MaxQuota), tokenlimit.MaxBucketSpan/num)
 	switch rng.IntN(5) {
 	case 0:
 		l.Burst = 1 + rng.Int64N(min(maxCap, 3))
@@ -183,7 +187,7 @@ func TestBucketMatchesRationalModel(t *testing.T) {
 		m := &bucketModel{capacity: b.Capacity, t: big.NewRat(l.Period.Microseconds(), l.Quota), tat: rat(0)}
 		ivl := max(1, num/den)
 		span := min(b.Capacity*num/den, 1<<50)
-		maxDelta := min(3*b.Capacity, tokenlimit.MaxExact/2/num)
+		maxDelta := min(3*b.Capacity, tokenlimit.MaxBucketSpan/num)
 
 		var s TAT
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + rng.Int64N(1e12)

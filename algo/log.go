@@ -63,15 +63,18 @@ func (w Window) Decide(l *Log, now, cost int64) Outcome {
 
 // LogAdjust applies delta to a sliding log charged at chargedAt: a refund is
 // recorded at chargedAt while that charge is still in the window, so both
-// leave together; an extra charge is recorded at now. It returns how long to
-// keep the log (0: delete it).
+// leave together, and never exceeds what the log still holds at that time
+// (a log lost to a restart refunds nothing); an extra charge is recorded at
+// now. It returns how long to keep the log (0: delete it).
 func (w Window) LogAdjust(l *Log, now, chargedAt, delta int64) int64 {
 	w.Trim(l, now)
 	switch {
 	case delta > 0:
 		l.Add(now, delta)
 	case chargedAt > now-w.Length:
-		l.Add(chargedAt, delta)
+		if refund := min(-delta, l.heldAt(chargedAt)); refund > 0 {
+			l.Add(chargedAt, -refund)
+		}
 	}
 	if l.Sum == 0 {
 		// Every charge left is cancelled by its refund, at the same time:
@@ -88,6 +91,15 @@ func (l *Log) Add(at, cost int64) {
 	copy(l.Entries[i+1:], l.Entries[i:])
 	l.Entries[i] = LogEntry{At: at, Cost: cost}
 	l.Sum += cost
+}
+
+// heldAt is the net cost the log holds at time at.
+func (l *Log) heldAt(at int64) int64 {
+	var held int64
+	for i := sort.Search(len(l.Entries), func(i int) bool { return l.Entries[i].At >= at }); i < len(l.Entries) && l.Entries[i].At == at; i++ {
+		held += l.Entries[i].Cost
+	}
+	return held
 }
 
 func (w Window) logRemaining(l *Log) int64 {

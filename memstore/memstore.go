@@ -7,6 +7,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -111,8 +112,17 @@ type pending struct {
 	out   algo.Outcome
 }
 
-// Check implements tokenlimit.Store.
-func (s *Store) Check(_ context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+// Check implements tokenlimit.Store. When the store is full it sweeps every
+// shard of expired keys and tries once more before refusing.
+func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	at, err := s.check(now, items, results)
+	if errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
+		at, err = s.check(now, items, results)
+	}
+	return at, err
+}
+
+func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	if err := tokenlimit.ValidateItems(items, results); err != nil {
 		return now, fmt.Errorf("memstore: %w", err)
 	}
@@ -205,7 +215,7 @@ func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) er
 			created++
 		}
 	}
-	if err := s.reserveKeysSweeping(items, created, now); err != nil {
+	if err := s.reserveKeys(created); err != nil {
 		return err
 	}
 	for i := range decided {
@@ -225,19 +235,6 @@ func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) er
 		e.expires = now + p.out.ResetAfter
 	}
 	return nil
-}
-
-// reserveKeysSweeping is reserveKeys that, when the store is full, first
-// sweeps the shards of items (whose locks the caller holds) and tries again.
-func (s *Store) reserveKeysSweeping(items []tokenlimit.Item, n int, now int64) error {
-	err := s.reserveKeys(n)
-	if err == nil {
-		return nil
-	}
-	for i := range items {
-		s.sweepShard(&s.shards[s.shardOf(items[i].Key)], now)
-	}
-	return s.reserveKeys(n)
 }
 
 func (s *Store) reserveKeys(n int) error {
@@ -262,8 +259,16 @@ func result(l tokenlimit.Limit, out algo.Outcome) tokenlimit.Result {
 	}
 }
 
-// Adjust implements tokenlimit.Store.
+// Adjust implements tokenlimit.Store, sweeping like Check when full.
 func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+	err := s.adjustAll(now, adjustments)
+	if errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
+		err = s.adjustAll(now, adjustments)
+	}
+	return err
+}
+
+func (s *Store) adjustAll(now time.Time, adjustments []tokenlimit.Adjustment) error {
 	if err := tokenlimit.ValidateAdjustments(adjustments); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
@@ -280,11 +285,11 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 	defer s.unlock(&locks)
 	created := 0
 	for _, a := range adjustments {
-		if s.lookup(a.Limit.Algorithm, a.Key) == nil {
+		if a.Delta > 0 && s.lookup(a.Limit.Algorithm, a.Key) == nil {
 			created++
 		}
 	}
-	if err := s.reserveKeysSweeping(items, created, t); err != nil {
+	if err := s.reserveKeys(created); err != nil {
 		return err
 	}
 	for _, a := range adjustments {
@@ -297,6 +302,9 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 // needed and deleting it if it ends up empty.
 func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
 	e := s.lookup(a.Limit.Algorithm, a.Key)
+	if e == nil && a.Delta < 0 {
+		return // nothing is held to refund: the budget is whole
+	}
 	if e == nil {
 		e = s.create(a.Limit.Algorithm, a.Key)
 	}

@@ -3,6 +3,7 @@ package memstore
 import (
 	"hash/maphash"
 	"slices"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/algo"
@@ -46,6 +47,20 @@ func (s *Store) sweepDue(sh *shard, now int64) {
 	if now-sh.lastSweep >= s.sweep {
 		s.sweepShard(sh, now)
 	}
+}
+
+// sweepAll sweeps every shard, one lock at a time, and reports whether it
+// freed any key. The caller holds no shard lock.
+func (s *Store) sweepAll(now time.Time) bool {
+	before := s.keys.Load()
+	t := now.UnixMicro()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		s.sweepShard(sh, t)
+		sh.mu.Unlock()
+	}
+	return s.keys.Load() < before
 }
 
 // sweepShard drops the shard's expired entries. The caller holds its lock.

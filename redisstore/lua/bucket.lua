@@ -64,6 +64,9 @@ local function tb_adjust(key, cap, num, den, now, delta, pad)
   local tat, frac = tb_load(key, now)
   if delta >= 0 then
     tat, frac = tb_add(tat, frac, delta, num, den)
+    if tat - now > MAX_DEBT then
+      tat, frac = now + MAX_DEBT, 0
+    end
   else
     local back = -delta * num
     local q = fdiv(back, den)

@@ -59,6 +59,7 @@ local FIXED_WINDOW, SLIDING_LOG, SLIDING_COUNTER = 1, 2, 3
 local MAX_LOG_ENTRIES = 10000
 local MAX_FIXED_COUNT = 2199023255552 -- 2^41
 local MAX_SLIDING_COUNT = 8589934592 -- 2^33
+local MAX_DEBT = 2251799813685248 -- 2^51, algo.MaxDebt
 
 -- The decision time: the caller's (a decimal string of µs) or the server's.
 local function clock(arg)

@@ -108,16 +108,32 @@ local function sl_charge(zkey, mkey, len, now, cost, pad)
   sl_add(zkey, mkey, len, now, now, cost, sum, seq, pad)
 end
 
+-- The net cost the log holds at time at.
+local function sl_held_at(zkey, at)
+  local held = 0
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', zkey, int(at), int(at))) do
+    held = held + sl_cost(member)
+  end
+  return held
+end
+
 local function sl_adjust(zkey, mkey, len, now, at, delta, pad)
   local sum, seq = sl_trim(zkey, mkey, len, now)
   if delta > 0 then
     sl_add(zkey, mkey, len, now, now, delta, sum, seq, pad)
-  elseif at > now - len then
-    sl_add(zkey, mkey, len, now, at, delta, sum, seq, pad)
-  else
     return
   end
-  if sum + delta == 0 then
+  if at <= now - len then
+    return
+  end
+  -- Never refund more than the log still holds for that charge (a log lost
+  -- to a restart refunds nothing).
+  local refund = math.min(-delta, sl_held_at(zkey, at))
+  if refund <= 0 then
+    return
+  end
+  sl_add(zkey, mkey, len, now, at, -refund, sum, seq, pad)
+  if sum - refund == 0 then
     -- Every charge left is cancelled by its refund, at the same time: the
     -- entries can never matter again.
     redis.call('DEL', zkey, mkey)
