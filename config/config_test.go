@@ -1,0 +1,430 @@
+package config_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+)
+
+// TestInvalidConfigs loads every testdata/invalid/*.yaml and compares the
+// error with the exact text of the .err file beside it (one error a line, in
+// the order the configuration reports them). Add a case by adding a pair of
+// files.
+func TestInvalidConfigs(t *testing.T) {
+	t.Parallel()
+	fixtures, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fixtures) < 40 {
+		t.Fatalf("found %d fixtures in testdata/invalid, want the whole folder (run from the package directory)", len(fixtures))
+	}
+	// Every .err has its .yaml, so that no fixture is silently dropped.
+	errFiles, err := filepath.Glob("testdata/invalid/*.err")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range errFiles {
+		if _, err := os.Stat(strings.TrimSuffix(e, ".err") + ".yaml"); err != nil {
+			t.Errorf("%s has no .yaml beside it", e)
+		}
+	}
+	for _, path := range fixtures {
+		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			want, err := os.ReadFile(strings.TrimSuffix(path, ".yaml") + ".err")
+			if err != nil {
+				t.Fatalf("every invalid fixture needs a .err file with the error it must produce: %v", err)
+			}
+			cfg, err := config.Load(path)
+			if err == nil {
+				t.Fatalf("Load(%s) = %+v, want an error", path, cfg)
+			}
+			if cfg != nil {
+				t.Errorf("Load(%s) returned a configuration with its error", path)
+			}
+			if got, want := err.Error(), strings.TrimRight(string(want), "\n"); got != want {
+				t.Errorf("Load(%s) error:\n%s\nwant:\n%s", path, got, want)
+			}
+			// Parse of the same bytes says the same, naming the source given.
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, perr := config.Parse(data, "other.yaml")
+			if perr == nil || strings.ReplaceAll(perr.Error(), "other.yaml", path) != strings.TrimRight(string(want), "\n") {
+				t.Errorf("Parse(..., other.yaml) error:\n%v\nwant the same as Load's, naming other.yaml", perr)
+			}
+		})
+	}
+}
+
+// Every error line has the form "file:line: path: reason" or, for a file
+// with nothing in it, "file: reason".
+func TestInvalidConfigsErrorForm(t *testing.T) {
+	t.Parallel()
+	fixtures, _ := filepath.Glob("testdata/invalid/*.yaml")
+	for _, path := range fixtures {
+		_, err := config.Load(path)
+		if err == nil {
+			t.Errorf("%s: no error", path)
+			continue
+		}
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			rest, ok := strings.CutPrefix(line, path+":")
+			if !ok {
+				t.Errorf("%s: error line %q does not start with the file name", path, line)
+				continue
+			}
+			if rest == " the file is empty" {
+				continue
+			}
+			num, _, ok := strings.Cut(rest, ": ")
+			if !ok || num == "" || strings.Trim(num, "0123456789") != "" || num == "0" {
+				t.Errorf("%s: error line %q has no line number after the file name", path, line)
+			}
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := config.Load("testdata/no-such-file.yaml")
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "testdata/no-such-file.yaml") {
+		t.Fatalf("Load of a missing file: %v, want an fs.ErrNotExist naming the file", err)
+	}
+}
+
+// TestExamplesLoad loads every file in examples/: they are what users copy.
+func TestExamplesLoad(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../examples/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no examples found in ../examples")
+	}
+	for _, f := range files {
+		cfg, err := config.Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if len(cfg.Limits) == 0 || cfg.Source != f {
+			t.Errorf("%s: %d limits, source %q", f, len(cfg.Limits), cfg.Source)
+		}
+		for _, l := range cfg.Limits {
+			if err := l.Limit.Validate(); err != nil {
+				t.Errorf("%s: limit %s: %v", f, l.Name, err)
+			}
+		}
+	}
+}
+
+// The quickstart is what the README's first command serves; issue 3 fixes
+// its two limits.
+func TestQuickstartExample(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []config.Limit{
+		{
+			Name: "hard-cap", Match: map[string]config.Pattern{"route": "/v1/sensitive"}, Key: []string{"user"},
+			Limit: tokenlimit.SlidingLogLimit(5, 5*time.Second), FailOpen: true, FailOpenShare: 1, Line: 6,
+		},
+		{
+			Name: "llm-budget", Match: map[string]config.Pattern{}, Key: []string{"user"},
+			Limit:    tokenlimit.TokenBucketLimit(10, 2, time.Second),
+			Cost:     config.Cost{By: "route", Weights: map[string]int64{"/v1/chat": 1, "/v1/embed": 3}, Default: 1},
+			FailOpen: true, FailOpenShare: 1, Line: 14,
+		},
+	}
+	if !reflect.DeepEqual(cfg.Limits, want) {
+		t.Fatalf("quickstart limits:\n%+v\nwant:\n%+v", cfg.Limits, want)
+	}
+	if cfg.Location != time.UTC || cfg.DefaultPlan != "" || len(cfg.APIKeys) != 0 {
+		t.Errorf("quickstart: location %v, default plan %q, %d api keys; want UTC, none, none", cfg.Location, cfg.DefaultPlan, len(cfg.APIKeys))
+	}
+}
+
+// TestParseFull reads a file using every feature and checks the whole
+// result.
+func TestParseFull(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Load("testdata/valid/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Location.String() != "America/New_York" || cfg.DefaultPlan != "free" || cfg.Source != "testdata/valid/full.yaml" {
+		t.Errorf("location %v, default plan %q, source %q", cfg.Location, cfg.DefaultPlan, cfg.Source)
+	}
+	day, month := 24*time.Hour, 31*24*time.Hour
+	want := []config.Limit{
+		{
+			Name: "tokens", Match: map[string]config.Pattern{"model": "gpt-*", "route": "*"}, Key: []string{"api_key", "model"},
+			Limit: tokenlimit.TokenBucketLimit(40000, 40000, time.Minute), FailOpen: true, FailOpenShare: 1, Line: 6,
+		},
+		{
+			Name: "requests", Match: map[string]config.Pattern{}, Key: []string{"api_key"},
+			Limit: tokenlimit.GCRALimit(0, 60, time.Minute), Cost: config.Cost{Constant: 2},
+			FailOpen: false, FailOpenShare: 1, Line: 14,
+		},
+		{
+			Name: "weighted", Match: map[string]config.Pattern{"route": "/v1/*"}, Key: []string{"user"},
+			Limit:    tokenlimit.SlidingLogLimit(5, 5*time.Second),
+			Cost:     config.Cost{By: "route", Weights: map[string]int64{"/v1/chat": 1, "/v1/embed": 3}, Default: 1},
+			FailOpen: true, FailOpenShare: 0.25, Line: 22,
+		},
+		{
+			Name: "trial.v2", Match: map[string]config.Pattern{}, Key: []string{"tenant", "team"},
+			Limit:  tokenlimit.SlidingCounterLimit(100000, 90*time.Minute),
+			Cost:   config.Cost{By: "model", Weights: map[string]int64{}, Default: 7},
+			Shadow: true, FailOpen: true, FailOpenShare: 1, Line: 33,
+		},
+		{
+			Name: "daily_cap", Match: map[string]config.Pattern{}, Key: []string{},
+			Limit: tokenlimit.FixedWindowLimit(1000, day), Calendar: "day", FailOpen: true, FailOpenShare: 1, Line: 40,
+		},
+		// Plans, sorted by name, each quota a calendar fixed window.
+		{
+			Name: "plan-free-monthly", Match: map[string]config.Pattern{"plan": "free"}, Key: []string{"api_key"},
+			Limit: tokenlimit.FixedWindowLimit(1000000, month), Calendar: "month", FailOpen: true, FailOpenShare: 1,
+		},
+		{
+			Name: "plan-pro-daily", Match: map[string]config.Pattern{"plan": "pro"}, Key: []string{"tenant"},
+			Limit: tokenlimit.FixedWindowLimit(5000000, day), Calendar: "day", FailOpen: true, FailOpenShare: 1,
+		},
+		{
+			Name: "plan-pro-monthly", Match: map[string]config.Pattern{"plan": "pro"}, Key: []string{"tenant"},
+			Limit: tokenlimit.FixedWindowLimit(100000000, month), Calendar: "month", FailOpen: true, FailOpenShare: 1,
+		},
+	}
+	if len(cfg.Limits) != len(want) {
+		t.Fatalf("%d limits, want %d: %+v", len(cfg.Limits), len(want), cfg.Limits)
+	}
+	for i := range want {
+		if !reflect.DeepEqual(cfg.Limits[i], want[i]) {
+			t.Errorf("limits[%d]:\n%+v\nwant:\n%+v", i, cfg.Limits[i], want[i])
+		}
+	}
+	wantKeys := map[string]config.Identity{
+		"sk-free": {User: "alice", Tenant: "acme", Overrides: map[string]tokenlimit.Limit{}},
+		"sk-pro": {User: "bob", Tenant: "globex", Plan: "pro", Overrides: map[string]tokenlimit.Limit{
+			"tokens":         tokenlimit.TokenBucketLimit(200000, 200000, time.Minute),
+			"requests":       tokenlimit.GCRALimit(99, 600, time.Minute),
+			"plan-pro-daily": tokenlimit.FixedWindowLimit(9000000, day),
+		}},
+	}
+	if !reflect.DeepEqual(cfg.APIKeys, wantKeys) {
+		t.Errorf("api keys:\n%+v\nwant:\n%+v", cfg.APIKeys, wantKeys)
+	}
+}
+
+// Absent, "request" and constant costs, and a plan-only file (no limits:).
+func TestParseSmallForms(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte("plans:\n  free: {daily: 10}\n"), "plans.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Limits) != 1 || cfg.Limits[0].Name != "plan-free-daily" || cfg.Limits[0].Limit.Quota != 10 {
+		t.Fatalf("plan-only file: %+v", cfg.Limits)
+	}
+	cfg, err = config.Parse([]byte(`
+limits:
+  - {name: a, algorithm: fixed_window, limit: 1/s}
+  - {name: b, algorithm: fixed_window, limit: 1/s, cost: request}
+  - {name: c, algorithm: fixed_window, limit: 1/s, cost: 4}
+  - {name: d, algorithm: Token-Bucket, capacity: 3, refill: 1/100ms}
+`), "forms.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs := []config.Cost{{}, {}, {Constant: 4}, {}}
+	for i, l := range cfg.Limits {
+		if !reflect.DeepEqual(l.Cost, costs[i]) || l.Line != i+3 {
+			t.Errorf("limit %s: cost %+v line %d, want %+v line %d", l.Name, l.Cost, l.Line, costs[i], i+3)
+		}
+	}
+	if got, want := cfg.Limits[3].Limit, tokenlimit.TokenBucketLimit(3, 1, 100*time.Millisecond); got != want {
+		t.Errorf("token bucket from \"Token-Bucket\": %v, want %v", got, want)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		n    int64
+		per  time.Duration
+		fail bool
+	}{
+		{in: "10/s", n: 10, per: time.Second},
+		{in: "100000/min", n: 100000, per: time.Minute},
+		{in: "5/5s", n: 5, per: 5 * time.Second},
+		{in: "2/1h30m", n: 2, per: 90 * time.Minute},
+		{in: "1/ms", n: 1, per: time.Millisecond},
+		{in: "3/sec", n: 3, per: time.Second},
+		{in: "3/second", n: 3, per: time.Second},
+		{in: "7/m", n: 7, per: time.Minute},
+		{in: "7/minute", n: 7, per: time.Minute},
+		{in: "1/h", n: 1, per: time.Hour},
+		{in: "1/hour", n: 1, per: time.Hour},
+		{in: "1000/d", n: 1000, per: 24 * time.Hour},
+		{in: "1000/day", n: 1000, per: 24 * time.Hour},
+		{in: "1000/7d", n: 1000, per: 7 * 24 * time.Hour},
+		{in: "1/250ms", n: 1, per: 250 * time.Millisecond},
+		{in: " 10 / s ", n: 10, per: time.Second},
+		{in: "1099511627776/s", n: 1 << 40, per: time.Second}, // bounds are Validate's job
+		{in: "10", fail: true},
+		{in: "", fail: true},
+		{in: "/s", fail: true},
+		{in: "10/", fail: true},
+		{in: "0/s", fail: true},
+		{in: "-1/s", fail: true},
+		{in: "1.5/s", fail: true},
+		{in: "1e3/s", fail: true},
+		{in: "ten/s", fail: true},
+		{in: "9223372036854775808/s", fail: true},
+		{in: "10/fortnight", fail: true},
+		{in: "10/0s", fail: true},
+		{in: "10/-5s", fail: true},
+		{in: "10/0d", fail: true},
+		{in: "10/-2d", fail: true},
+		{in: "10/1.5d", fail: true},
+		{in: "10/s/2", fail: true},
+		{in: "10/days", fail: true},
+	}
+	for _, tt := range tests {
+		n, per, err := config.ParseRate(tt.in)
+		switch {
+		case tt.fail && err == nil:
+			t.Errorf("ParseRate(%q) = %d, %v; want an error", tt.in, n, per)
+		case tt.fail:
+			if !strings.Contains(err.Error(), "got") {
+				t.Errorf("ParseRate(%q) error %q does not quote the input", tt.in, err)
+			}
+		case err != nil || n != tt.n || per != tt.per:
+			t.Errorf("ParseRate(%q) = %d, %v, %v; want %d, %v", tt.in, n, per, err, tt.n, tt.per)
+		}
+	}
+}
+
+func TestParsePeriod(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want time.Duration // 0: an error
+	}{
+		{"ms", time.Millisecond},
+		{"s", time.Second},
+		{"sec", time.Second},
+		{"second", time.Second},
+		{"m", time.Minute},
+		{"min", time.Minute},
+		{"minute", time.Minute},
+		{"h", time.Hour},
+		{"hour", time.Hour},
+		{"d", 24 * time.Hour},
+		{"day", 24 * time.Hour},
+		{"30d", 30 * 24 * time.Hour},
+		{"1d", 24 * time.Hour},
+		{"5s", 5 * time.Second},
+		{"1h30m", 90 * time.Minute},
+		{"1.5s", 1500 * time.Millisecond},
+		{"1500us", 1500 * time.Microsecond}, // whole milliseconds are Validate's job
+		{" min ", time.Minute},
+		{"", 0},
+		{"0", 0},
+		{"0s", 0},
+		{"-1s", 0},
+		{"-1d", 0},
+		{"0d", 0},
+		{"1.5d", 0},
+		{"days", 0},
+		{"week", 0},
+		{"5", 0},
+	}
+	for _, tt := range tests {
+		got, err := config.ParsePeriod(tt.in)
+		if tt.want == 0 {
+			if err == nil {
+				t.Errorf("ParsePeriod(%q) = %v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParsePeriod(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestPatternMatches(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pattern config.Pattern
+		value   string
+		want    bool
+	}{
+		{"*", "anything", true},
+		{"*", "", true},
+		{"/v1/chat", "/v1/chat", true},
+		{"/v1/chat", "/v1/chat/", false},
+		{"/v1/chat", "/v1/cha", false},
+		{"/v1/chat", "/V1/CHAT", false},
+		{"/v1/*", "/v1/chat", true},
+		{"/v1/*", "/v1/", true},
+		{"/v1/*", "/v1", false},
+		{"/v1/*", "/v2/chat", false},
+		{"gpt-*", "gpt-4o", true},
+		{"gpt-*", "GPT-4o", false},
+		{"gpt-*", "chatgpt-4o", false},
+		{"a*b", "a*b", true}, // only a trailing * is a wildcard
+		{"a*b", "axxb", false},
+		{"*b", "ab", false},
+		{"*b", "*b", true},
+	}
+	for _, tt := range tests {
+		if got := tt.pattern.Matches(tt.value); got != tt.want {
+			t.Errorf("Pattern(%q).Matches(%q) = %v, want %v", tt.pattern, tt.value, got, tt.want)
+		}
+	}
+}
+
+func TestCostOf(t *testing.T) {
+	t.Parallel()
+	byRoute := config.Cost{By: "route", Weights: map[string]int64{"/v1/chat": 1, "/v1/embed": 3}, Default: 2}
+	tests := []struct {
+		name    string
+		cost    config.Cost
+		desc    map[string]string
+		request int64
+		want    int64
+	}{
+		{"request cost", config.Cost{}, map[string]string{"route": "/v1/embed"}, 1234, 1234},
+		{"constant ignores the request", config.Cost{Constant: 5}, map[string]string{"route": "/v1/embed"}, 1234, 5},
+		{"weight of the route", byRoute, map[string]string{"route": "/v1/embed"}, 1234, 3},
+		{"weight of another route", byRoute, map[string]string{"route": "/v1/chat"}, 1234, 1},
+		{"default for an unlisted route", byRoute, map[string]string{"route": "/v1/images"}, 1234, 2},
+		{"default when the descriptor is missing", byRoute, map[string]string{"model": "x"}, 1234, 2},
+		{"default for nil descriptors", byRoute, nil, 1234, 2},
+		{"weights match exactly", byRoute, map[string]string{"route": "/v1/embed/"}, 1234, 2},
+	}
+	for _, tt := range tests {
+		if got := tt.cost.Of(tt.desc, tt.request); got != tt.want {
+			t.Errorf("%s: %+v.Of(%v, %d) = %d, want %d", tt.name, tt.cost, tt.desc, tt.request, got, tt.want)
+		}
+	}
+}
