@@ -128,7 +128,7 @@ const (
 	// MaxLogEntries caps the entries of one SlidingLog key, so a script
 	// never walks an unbounded list: a sliding log admits at most this many
 	// requests per window whatever their cost.
-	MaxLogEntries = 10_000
+	MaxLogEntries = 1_000
 	// MaxKeyLength is the longest key a store accepts, in bytes.
 	MaxKeyLength = 1024
 )

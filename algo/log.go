@@ -5,7 +5,7 @@ import "sort"
 // MaxLogEntries caps the entries of one sliding log (tokenlimit's
 // MaxLogEntries): at most this many requests are admitted per window, so no
 // operation walks an unbounded list.
-const MaxLogEntries = 10_000
+const MaxLogEntries = 1_000
 
 // LogEntry is one charge in a sliding log: when it was taken and how much.
 // Refunds are entries with a negative cost at the time of the charge they

@@ -15,24 +15,36 @@ var algorithmCodes = [...]string{
 	tokenlimit.GCRA:           "gcra",
 }
 
-// Key returns the Redis key that holds key's budget under algorithm alg, such
-// as "rl:tb:{user=alice}". A key that has a Redis Cluster hash tag keeps it
-// ("rl:tb:{tenant=acme}:chat"); any other key becomes its own tag, so every
-// budget lives in one slot. A sliding log also uses Key(...)+":sum".
+// Key returns the Redis key that holds key's budget under algorithm alg.
+// A key without a Redis Cluster hash tag becomes its own tag, so every budget
+// lives in one slot: "user=alice" → "rl:tb:{user=alice}". A key with a tag
+// keeps it, after a '~' that keeps the two forms apart: "{tenant=acme}:chat"
+// → "rl:tb:~{tenant=acme}:chat". Distinct keys never share a Redis key.
 func (s *Store) Key(key string, alg tokenlimit.Algorithm) string {
-	code := algorithmCodes[alg]
+	return s.key(algorithmCodes[alg], key)
+}
+
+func (s *Store) key(code, key string) string {
 	if hasHashTag(key) {
-		return s.prefix + code + ":" + key
+		return s.prefix + code + ":~" + key
 	}
 	return s.prefix + code + ":{" + key + "}"
 }
 
+// Keys returns every Redis key of key's budget under alg: Key's, and for a
+// sliding log the key of its running sum.
+func (s *Store) Keys(key string, alg tokenlimit.Algorithm) []string {
+	return s.appendKeys(nil, key, alg)
+}
+
+// appendKeys adds the Redis keys of a budget: one, or for a sliding log the
+// log and its sum ("rl:sls:..."), in the same slot.
 func (s *Store) appendKeys(keys []string, key string, alg tokenlimit.Algorithm) []string {
-	k := s.Key(key, alg)
+	keys = append(keys, s.Key(key, alg))
 	if alg == tokenlimit.SlidingLog {
-		return append(keys, k, k+":sum")
+		keys = append(keys, s.key("sls", key))
 	}
-	return append(keys, k)
+	return keys
 }
 
 // hasHashTag applies Redis Cluster's rule: the key has a '{' followed, later,

@@ -251,7 +251,7 @@ func TestTTLsAreNoLongerThanNeeded(t *testing.T) {
 		if err := res.Cancel(ctx); err != nil {
 			t.Fatal(err)
 		}
-		n, err := c.Exists(ctx, key, key+":sum").Result()
+		n, err := c.Exists(ctx, st.Keys("ttl", l.Algorithm)...).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

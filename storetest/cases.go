@@ -203,6 +203,16 @@ func bucketCases() []Case {
 			at(15*s, 0, Ok(10, 0)),
 		},
 	}, {
+		// The largest bucket Validate accepts over the longest period: every
+		// intermediate value is near 2^53, where Lua stops being exact.
+		Name:  "token_bucket/at the precision bound",
+		Limit: tokenlimit.TokenBucketLimit(tokenlimit.MaxBucketSpan/tokenlimit.MaxPeriod.Microseconds(), 1, tokenlimit.MaxPeriod),
+		Steps: []Step{
+			at(1*us, 71, Ok(0, 71*tokenlimit.MaxPeriod)),
+			at(1*us, 71, Deny(0, 71*tokenlimit.MaxPeriod, 71*tokenlimit.MaxPeriod)),
+			at(tokenlimit.MaxPeriod+1*us, 1, Ok(0, 71*tokenlimit.MaxPeriod-tokenlimit.MaxPeriod+tokenlimit.MaxPeriod)),
+		},
+	}, {
 		Name:  "token_bucket/large forward jump refills to capacity only",
 		Limit: tb10at2,
 		Steps: []Step{
@@ -255,6 +265,16 @@ func commonCases() []Case {
 		tokenlimit.FixedWindow: 10 * s, tokenlimit.SlidingLog: 10 * s, tokenlimit.SlidingCounter: 20 * s,
 		tokenlimit.TokenBucket: 10 * s, tokenlimit.GCRA: 10 * s,
 	}
+	// reset3 is the ResetAfter of a budget that took 3 at 0, seen at 0.
+	reset3 := map[tokenlimit.Algorithm]time.Duration{
+		tokenlimit.FixedWindow: 10 * s, tokenlimit.SlidingLog: 10 * s, tokenlimit.SlidingCounter: 20 * s,
+		tokenlimit.TokenBucket: 3 * s, tokenlimit.GCRA: 3 * s,
+	}
+	// firstRetry is the RetryAfter of cost 1 on a budget that took 10 at 0.
+	firstRetry := map[tokenlimit.Algorithm]time.Duration{
+		tokenlimit.FixedWindow: 10 * s, tokenlimit.SlidingLog: 10 * s, tokenlimit.SlidingCounter: 11 * s,
+		tokenlimit.TokenBucket: s, tokenlimit.GCRA: s,
+	}
 	var cases []Case
 	for _, l := range limits {
 		name := l.Algorithm.String()
@@ -284,6 +304,22 @@ func commonCases() []Case {
 				atKey(0, "b", 10, Ok(0, r)),
 				atKey(0, "b", 0, Ok(0, r)),
 				atKey(0, "c", 0, Ok(10, 0)),
+				// Keys that look alike to Redis Cluster's hash tags are
+				// still different budgets.
+				atKey(0, "{a}", 0, Ok(10, 0)),
+				atKey(0, "{a}:sum", 10, Ok(0, r)),
+				atKey(0, "a:sum", 0, Ok(10, 0)),
+			},
+		}, Case{
+			Name:  name + "/a refund after the budget was lost never lifts it above capacity",
+			Limit: l,
+			Steps: []Step{
+				reserve(0, "r", 3, Ok(7, reset3[l.Algorithm])),
+				{At: 0, Reset: true},
+				settle(0, "r", 0),
+				at(0, 0, Ok(10, 0)),
+				at(0, 10, Ok(0, r)),
+				at(0, 1, Deny(0, firstRetry[l.Algorithm], r)),
 			},
 		}, Case{
 			Name:  name + "/large forward jump forgets everything",

@@ -70,6 +70,8 @@ type Step struct {
 	Reserve string
 	Settle  string
 	Actual  int64
+	// Reset, if true, resets the case's limit's budget of key "k" (Store.Reset).
+	Reset bool
 	// WantErr, for a settlement, is the error it must match.
 	WantErr error
 }
@@ -88,13 +90,14 @@ type runner struct {
 	env          Env
 	c            Case
 	now          time.Time
+	store        tokenlimit.Store
 	limiter      *tokenlimit.Limiter
 	reservations map[string]*tokenlimit.Reservation
 }
 
 func runCase(t *testing.T, env Env, c Case) {
-	r := &runner{t: t, env: env, c: c, reservations: map[string]*tokenlimit.Reservation{}}
-	lim, err := tokenlimit.NewLimiter(env.Replica(), tokenlimit.WithClock(func() time.Time { return r.now }))
+	r := &runner{t: t, env: env, c: c, store: env.Replica(), reservations: map[string]*tokenlimit.Reservation{}}
+	lim, err := tokenlimit.NewLimiter(r.store, tokenlimit.WithClock(func() time.Time { return r.now }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +116,12 @@ func (r *runner) step(i int, s Step) {
 	t.Helper()
 	ctx := context.Background()
 	where := fmt.Sprintf("step %d at +%s", i, s.At)
+	if s.Reset {
+		if err := r.store.Reset(ctx, "k", r.c.Limit.Algorithm); err != nil {
+			t.Fatalf("%s: reset: %v", where, err)
+		}
+		return
+	}
 	if s.Settle != "" {
 		res := r.reservations[s.Settle]
 		if res == nil {

@@ -56,7 +56,7 @@ end
 -- The algorithm codes are tokenlimit.Algorithm's values.
 local FIXED_WINDOW, SLIDING_LOG, SLIDING_COUNTER = 1, 2, 3
 -- Bounds shared with package algo (checked by a test).
-local MAX_LOG_ENTRIES = 10000
+local MAX_LOG_ENTRIES = 1000
 local MAX_FIXED_COUNT = 2199023255552 -- 2^41
 local MAX_SLIDING_COUNT = 8589934592 -- 2^33
 local MAX_DEBT = 2251799813685248 -- 2^51, algo.MaxDebt

@@ -1,6 +1,6 @@
 -- sliding_log.lua: mirrors algo.Window's Trim, Decide and LogAdjust.
 -- Two keys: a ZSET of entries (score: time in µs; member "seq:cost", unique
--- even within one µs) and "<key>:sum" holding "sum:seq".
+-- even within one µs) and a second key (rl:sls:...) holding "sum:seq".
 
 local function sl_meta(mkey)
   local m = parse(redis.call('GET', mkey))
