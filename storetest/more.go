@@ -28,16 +28,20 @@ func exactLimits() []tokenlimit.Limit {
 // instant; exactly the capacity is admitted, and weighted costs never
 // overshoot it.
 func runConcurrency(t *testing.T, open Open) {
+	t.Run("sliding_counter bound across windows", func(t *testing.T) {
+		t.Parallel()
+		runSlidingCounterBound(t, open)
+	})
 	for _, l := range exactLimits() {
 		t.Run(l.Algorithm.String(), func(t *testing.T) {
 			t.Parallel()
 			env := open(t)
 			replicas := []tokenlimit.Store{env.Replica(), env.Replica()}
-			admitted := hammer(t, replicas, l, "one", func(int) int64 { return 1 })
+			admitted := hammer(t, replicas, l, "one", Base, func(int) int64 { return 1 })
 			if admitted != l.Capacity() {
 				t.Errorf("admitted %d, want exactly %d", admitted, l.Capacity())
 			}
-			weighted := hammer(t, replicas, l, "weighted", func(i int) int64 { return int64(1 + i%3) })
+			weighted := hammer(t, replicas, l, "weighted", Base, func(i int) int64 { return int64(1 + i%3) })
 			if left := peek(t, replicas[0], l, "weighted").Remaining; weighted > l.Capacity() || left != l.Capacity()-weighted {
 				t.Errorf("weighted: admitted %d with %d left, want at most %d in all", weighted, left, l.Capacity())
 			}
@@ -45,9 +49,9 @@ func runConcurrency(t *testing.T, open Open) {
 	}
 }
 
-// hammer runs 64 goroutines per replica, 3 attempts each, at Base, and
+// hammer runs 64 goroutines per replica, 3 attempts each, at time now, and
 // returns the total cost admitted.
-func hammer(t *testing.T, replicas []tokenlimit.Store, l tokenlimit.Limit, key string, cost func(int) int64) int64 {
+func hammer(t *testing.T, replicas []tokenlimit.Store, l tokenlimit.Limit, key string, now time.Time, cost func(int) int64) int64 {
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for _, st := range replicas {
@@ -57,7 +61,7 @@ func hammer(t *testing.T, replicas []tokenlimit.Store, l tokenlimit.Limit, key s
 					c := cost(g + a)
 					items := []tokenlimit.Item{{Key: key, Limit: l, Cost: c}}
 					results := make([]tokenlimit.Result, 1)
-					if _, err := st.Check(context.Background(), Base, items, results); err != nil {
+					if _, err := st.Check(context.Background(), now, items, results); err != nil {
 						t.Error(err)
 						return
 					}
@@ -79,6 +83,23 @@ func peek(t *testing.T, st tokenlimit.Store, l tokenlimit.Limit, key string) tok
 		t.Fatal(err)
 	}
 	return results[0]
+}
+
+// runSlidingCounterBound is part of the concurrency proof: the sliding
+// counter's worst case (docs/algorithms.md) is traffic bunched at the end of
+// two consecutive windows, one window apart; across it at most
+// 2Q - ceil(Q × 1ms / P) is admitted, and exactly that many here.
+func runSlidingCounterBound(t *testing.T, open Open) {
+	env := open(t)
+	replicas := []tokenlimit.Store{env.Replica(), env.Replica()}
+	l := tokenlimit.SlidingCounterLimit(100, time.Minute)
+	one := func(int) int64 { return 1 }
+	first := hammer(t, replicas, l, "bound", Base.Add(l.Period-time.Millisecond), one)
+	second := hammer(t, replicas, l, "bound", Base.Add(2*l.Period-time.Millisecond), one)
+	perMs := (l.Quota*int64(time.Millisecond) + int64(l.Period) - 1) / int64(l.Period)
+	if bound := 2*l.Quota - perMs; first != l.Quota || first+second != bound {
+		t.Errorf("admitted %d then %d within one window, want %d then %d (the documented bound %d)", first, second, l.Quota, bound-l.Quota, bound)
+	}
 }
 
 // runInvalid: every kind of bad input is refused with an error naming the
