@@ -33,6 +33,7 @@ type rawLimit struct {
 	Rate          string            `yaml:"rate"`
 	MaxBurst      *int64            `yaml:"max_burst"`
 	Calendar      string            `yaml:"calendar"`
+	Lease         string            `yaml:"lease"`
 	Cost          yaml.Node         `yaml:"cost"`
 	Shadow        bool              `yaml:"shadow"`
 	FailureMode   string            `yaml:"failure_mode"`
@@ -188,13 +189,17 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 			b.fail(at(path, "key", i), "want distinct, non-empty descriptor names, got %q", d)
 		}
 	}
-	alg, err := tokenlimit.ParseAlgorithm(r.Algorithm)
-	if err != nil {
-		b.fail(at(path, "algorithm"), "%v", err)
+	if r.Algorithm == "concurrency" {
+		b.concurrency(path, r, &l)
+	} else if alg, err := tokenlimit.ParseAlgorithm(r.Algorithm); err != nil {
+		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_counter, token_bucket, gcra, concurrency)", r.Algorithm)
 	} else {
 		l.Limit = b.params(path, alg, rawParams{r.Limit, r.Capacity, r.Refill, r.Rate, r.MaxBurst})
+		if r.Lease != "" {
+			b.fail(at(path, "lease"), "only a concurrency limit has a lease")
+		}
+		l.Cost = b.cost(at(path, "cost"), &r.Cost)
 	}
-	l.Cost = b.cost(at(path, "cost"), &r.Cost)
 	switch r.FailureMode {
 	case "", "open":
 	case "closed":
@@ -211,6 +216,39 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	}
 	b.calendar(path, &l)
 	return l, len(b.errs) == before
+}
+
+// DefaultLease is how long a concurrency slot is held when its holder never
+// releases it (a crash).
+const DefaultLease = 10 * time.Minute
+
+// concurrency reads a limit on requests in flight: limit is a count, lease
+// a duration.
+func (b *builder) concurrency(path []any, r *rawLimit, l *Limit) {
+	n, err := strconv.ParseInt(r.Limit, 10, 64)
+	if err != nil || n <= 0 || n > tokenlimit.MaxLogEntries {
+		b.fail(at(path, "limit"), "a concurrency limit is a count of requests in flight, 1..%d; got %q", tokenlimit.MaxLogEntries, r.Limit)
+	}
+	lease := DefaultLease
+	if r.Lease != "" {
+		if lease, err = ParsePeriod(r.Lease); err != nil {
+			b.fail(at(path, "lease"), "%v", err)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		given bool
+	}{{"capacity", r.Capacity != 0}, {"refill", r.Refill != ""}, {"rate", r.Rate != ""}, {"max_burst", r.MaxBurst != nil}, {"cost", r.Cost.Kind != 0}} {
+		if f.given {
+			b.fail(at(path, f.name), "a concurrency limit takes limit and lease, not %s", f.name)
+		}
+	}
+	l.Concurrency = true
+	l.Limit = tokenlimit.SlidingLogLimit(n, lease)
+	l.Cost = Cost{Constant: 1}
+	if err := l.Limit.Validate(); n > 0 && err != nil {
+		b.fail(at(path, "lease"), "%v", err)
+	}
 }
 
 func (b *builder) calendar(path []any, l *Limit) {

@@ -68,6 +68,10 @@ type Limit struct {
 	// FailOpenShare is the share of the limit one replica admits locally
 	// while the store is failing, in (0, 1].
 	FailOpenShare float64
+	// Concurrency marks a limit on requests in flight: Limit is a sliding
+	// log whose window is the lease (a crashed holder's slot comes back when
+	// its lease ends), each reservation takes 1 and settling releases it.
+	Concurrency bool
 	// Calendar, if not empty, aligns the limit's window to calendar days or
 	// months ("day", "month") in Config.Location.
 	Calendar string

@@ -31,8 +31,12 @@ func (s *Service) Limits() []LimitInfo {
 		for k, v := range l.Match {
 			match[k] = string(v)
 		}
+		alg := l.Limit.Algorithm.String()
+		if l.Concurrency {
+			alg = "concurrency"
+		}
 		out[i] = LimitInfo{
-			Name: l.Name, Match: match, Key: l.Key, Algorithm: l.Limit.Algorithm.String(),
+			Name: l.Name, Match: match, Key: l.Key, Algorithm: alg,
 			Quota: l.Limit.Quota, PeriodMs: l.Limit.Period.Milliseconds(), Burst: l.Limit.Burst,
 			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar,
 		}
@@ -53,7 +57,7 @@ func costString(c config.Cost) string {
 // Inspect reports the state of every limit req selects without charging
 // anything (each is peeked with cost 0).
 func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
-	p, err := s.plan([]Request{req})
+	p, err := s.planFor([]Request{req}, true)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -77,7 +81,7 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 // Reset makes whole the budgets req selects, all of them or only the limit
 // named limit, and returns the keys it reset.
 func (s *Service) Reset(ctx context.Context, req Request, limit string) ([]string, error) {
-	p, err := s.plan([]Request{req})
+	p, err := s.planFor([]Request{req}, true)
 	if err != nil {
 		return nil, err
 	}

@@ -33,8 +33,14 @@ type plan struct {
 	shadow   []check
 }
 
-// plan validates requests and selects their limits.
+// plan validates requests and selects their limits, concurrency limits
+// excepted: they only apply to reservations (see planFor).
 func (s *Service) plan(reqs []Request) (plan, error) {
+	return s.planFor(reqs, false)
+}
+
+// planFor is plan, with the concurrency limits too when inFlight is true.
+func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 	rules := s.rules.Load()
 	now := s.opts.Clock()
 	var p plan
@@ -50,7 +56,7 @@ func (s *Service) plan(reqs []Request) (plan, error) {
 		for li := range rules.cfg.Limits {
 			l := &rules.cfg.Limits[li]
 			key, ok := applies(l, desc)
-			if !ok {
+			if !ok || (l.Concurrency && !inFlight) {
 				continue
 			}
 			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: l.Limit, Cost: l.Cost.Of(desc, cost)}, descriptors: desc}

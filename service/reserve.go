@@ -58,7 +58,7 @@ func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Deci
 	if h, ok := rs.byID[id]; ok {
 		return h.decision, nil
 	}
-	p, err := s.plan(reqs)
+	p, err := s.planFor(reqs, true)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -103,7 +103,9 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 	}
 	actuals := make([]int64, len(h.checks))
 	for i, c := range h.checks {
-		actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
+		if !c.limit.Concurrency { // a concurrency slot is released: 0
+			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
+		}
 	}
 	if err := h.res.SettleEach(ctx, actuals); err != nil {
 		return false, err

@@ -61,3 +61,57 @@ func TestQuickstartSimulators(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrencyLimitHoldsSlotsUntilSettled(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg, err := config.Parse([]byte(`
+limits:
+  - name: in-flight
+    key: [api_key]
+    algorithm: concurrency
+    limit: 3
+    lease: 1m
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := memstore.New(memstore.Options{})
+	svc, err := service.New(cfg, service.Options{Store: st, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := service.Request{Descriptors: map[string]string{"api_key": "k1"}}
+	reserve := func(id string) bool {
+		d, err := svc.Reserve(ctx, id, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	for i, id := range []string{"a", "b", "c"} {
+		if !reserve(id) {
+			t.Fatalf("request %d in flight denied, want 3 slots", i)
+		}
+	}
+	if reserve("d") {
+		t.Fatal("a fourth request in flight was allowed")
+	}
+	if d, err := svc.Check(ctx, req); err != nil || !d.Allowed || len(d.Limits) != 0 {
+		t.Fatalf("Check: %+v %v, want concurrency limits to apply to reservations only", d, err)
+	}
+	if _, err := svc.Settle(ctx, "b", 1234); err != nil {
+		t.Fatal(err)
+	}
+	if !reserve("e") {
+		t.Fatal("a slot released by Settle was not reusable")
+	}
+	if reserve("f") {
+		t.Fatal("more than 3 in flight after a release")
+	}
+	clock.t = clock.t.Add(time.Minute) // the unsettled leases end: a crashed holder frees its slot
+	if !reserve("g") {
+		t.Fatal("a slot whose lease ended was not reusable")
+	}
+}
