@@ -1,6 +1,11 @@
 // Package goredisclient adapts github.com/redis/go-redis/v9 to
 // redisstore.Scripter: pass any client (redis.NewClient, NewFailoverClient
 // for Sentinel, NewClusterClient, NewUniversalClient).
+//
+// Build the client with ContextTimeoutEnabled: true. Without it go-redis
+// ignores the context's deadline and waits for its own ReadTimeout (3 s by
+// default), so a slow Redis stalls decisions instead of letting each limit
+// fall back to its failure mode.
 package goredisclient
 
 import (
