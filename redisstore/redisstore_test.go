@@ -106,6 +106,26 @@ func TestConformanceCluster(t *testing.T) {
 	})
 }
 
+// TestConformanceSentinel finds the master through a real Sentinel, as
+// production setups with failover do (go-redis' failover client).
+func TestConformanceSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "mymaster")
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		inspect := goRedisClient(t, master.Addr())
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr()}, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { c.Close() })
+				return newStore(t, goredisclient.New(c), callerTime(prefix))
+			},
+			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
+			FlushScripts: func(t *testing.T) { flushScripts(t, master) },
+		}
+	})
+}
+
 func assertEveryKeyHasTTL(t *testing.T, c *redis.Client, prefix string) {
 	t.Helper()
 	ctx := context.Background()

@@ -35,7 +35,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	}
 	c := &Cluster{nodes: make([]*Server, masters)}
 	for i := range c.nodes {
-		c.nodes[i] = start(t, nil, true)
+		c.nodes[i] = start(t, nil, true, "")
 	}
 
 	for i, n := range c.nodes {

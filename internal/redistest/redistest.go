@@ -75,6 +75,8 @@ type Server struct {
 	port    int
 	busPort int // cluster bus port; 0 outside a cluster
 	args    []string
+	// configFile, if set, is passed first, as a Sentinel needs.
+	configFile string
 
 	mu   sync.Mutex
 	proc *process // nil while stopped
@@ -98,19 +100,21 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return start(t, o.args, false)
+	return start(t, o.args, false, "")
 }
 
-// start starts one server; cluster asks for a cluster bus port as well.
-func start(t testing.TB, args []string, cluster bool) *Server {
+// start starts one server; cluster asks for a cluster bus port as well, and
+// configFile, if not empty, is the file to pass first.
+func start(t testing.TB, args []string, cluster bool, configFile string) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &Server{
-		t:       t,
-		bin:     lookRedisServer(t),
-		dir:     dir,
-		logPath: filepath.Join(dir, "redis.log"),
-		args:    args,
+		t:          t,
+		bin:        lookRedisServer(t),
+		dir:        dir,
+		logPath:    filepath.Join(dir, "redis.log"),
+		args:       args,
+		configFile: configFile,
 	}
 	t.Cleanup(s.Stop)
 
@@ -258,6 +262,9 @@ func (s *Server) commandLine() []string {
 		"--daemonize", "no",
 		"--logfile", "", // log to stdout, which launch sends to redis.log
 		"--enable-debug-command", "yes", // DEBUG SLEEP etc.; off by default since 7.0
+	}
+	if s.configFile != "" {
+		args = append([]string{s.configFile}, args...)
 	}
 	if s.busPort != 0 {
 		args = append(args,

@@ -188,3 +188,13 @@ func parseInfo(info string) map[string]string {
 	}
 	return m
 }
+
+func TestSentinelKnowsItsMaster(t *testing.T) {
+	t.Parallel()
+	master := Start(t)
+	s := StartSentinel(t, master, "mymaster")
+	got, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+	if err != nil || got != "127.0.0.1\n"+master.Addr()[len("127.0.0.1:"):] {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q %v, want the master %s", got, err, master.Addr())
+	}
+}
