@@ -1,0 +1,240 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// maxRequests caps the descriptor sets of one check; the engine checks at
+// most tokenlimit.MaxItems limits at once anyway.
+const maxRequests = tokenlimit.MaxItems
+
+// checkBody is the body of /v1/check: one descriptor set with its cost, or
+// several under "requests", checked all or nothing.
+type checkBody struct {
+	Descriptors map[string]string `json:"descriptors"`
+	Cost        int64             `json:"cost"`
+	Requests    []requestBody     `json:"requests"`
+}
+
+type requestBody struct {
+	Descriptors map[string]string `json:"descriptors"`
+	Cost        int64             `json:"cost"`
+}
+
+// requests returns the service requests of b, and whether b used the
+// single-set form (which names fields without a "requests[i]." prefix).
+func (b checkBody) requests() ([]service.Request, bool, *apiError) {
+	if b.Requests == nil {
+		return []service.Request{{Descriptors: b.Descriptors, Cost: b.Cost}}, true, nil
+	}
+	switch {
+	case b.Descriptors != nil || b.Cost != 0:
+		return nil, false, badRequest("requests", "give either descriptors and cost, or requests, not both")
+	case len(b.Requests) == 0:
+		return nil, false, badRequest("requests", "at least one request is required")
+	case len(b.Requests) > maxRequests:
+		return nil, false, badRequest("requests", "at most %d requests, got %d", maxRequests, len(b.Requests))
+	}
+	reqs := make([]service.Request, len(b.Requests))
+	for i, r := range b.Requests {
+		reqs[i] = service.Request{Descriptors: r.Descriptors, Cost: r.Cost}
+	}
+	return reqs, false, nil
+}
+
+// decisionBody is the JSON answer to a check or a reservation.
+type decisionBody struct {
+	Allowed       bool          `json:"allowed"`
+	Unavailable   bool          `json:"unavailable,omitempty"`
+	ReservationID string        `json:"reservation_id,omitempty"`
+	Limits        []outcomeBody `json:"limits"`
+	Error         *apiError     `json:"error,omitempty"`
+}
+
+// outcomeBody is one limit's answer. Times are milliseconds, rounded up.
+type outcomeBody struct {
+	Name             string `json:"name"`
+	Key              string `json:"key"`
+	Request          int    `json:"request"`
+	Shadow           bool   `json:"shadow"`
+	FailOpen         bool   `json:"fail_open"`
+	Allowed          bool   `json:"allowed"`
+	Limit            int64  `json:"limit"`
+	Remaining        int64  `json:"remaining"`
+	Cost             int64  `json:"cost"`
+	ResetMs          int64  `json:"reset_ms"`
+	RetryAfterMs     int64  `json:"retry_after_ms"`
+	CostExceedsLimit bool   `json:"cost_exceeds_limit,omitempty"`
+}
+
+func outcomesBody(limits []service.Outcome) []outcomeBody {
+	out := make([]outcomeBody, len(limits))
+	for i, o := range limits {
+		out[i] = outcomeBody{
+			Name: o.Name, Key: o.Key, Request: o.Request, Shadow: o.Shadow, FailOpen: o.FailOpen,
+			Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Cost: o.Cost,
+			ResetMs: ceilDiv(o.ResetAfter, time.Millisecond), RetryAfterMs: ceilDiv(o.RetryAfter, time.Millisecond),
+			CostExceedsLimit: o.CostExceedsLimit,
+		}
+	}
+	return out
+}
+
+// unavailableMessage explains a 503 decision.
+const unavailableMessage = "the rate-limit store is failing and a fail-closed limit cannot be decided; retry later"
+
+// status is the HTTP status of a decision: 200 allowed, 429 denied, 503
+// when a fail-closed limit could not be decided.
+func status(d service.Decision) int {
+	switch {
+	case d.Unavailable:
+		return http.StatusServiceUnavailable
+	case !d.Allowed:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusOK
+}
+
+// writeDecision answers a decision with its status, rate-limit headers and
+// JSON body.
+func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []service.Request) {
+	a.setRateLimitHeaders(w.Header(), d, reqs)
+	body := decisionBody{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
+	if d.Unavailable {
+		body.Error = &apiError{Message: unavailableMessage}
+	}
+	writeJSON(w, status(d), body)
+}
+
+// check serves POST /v1/check.
+func (a *api) check(w http.ResponseWriter, r *http.Request) {
+	var b checkBody
+	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		writeError(w, e)
+		return
+	}
+	reqs, single, e := b.requests()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	d, err := a.svc.Check(r.Context(), reqs...)
+	if err != nil {
+		writeError(w, a.serviceError(r.Context(), "check", err, single))
+		return
+	}
+	a.logDecision(r.Context(), "check", d, reqs)
+	a.writeDecision(w, d, reqs)
+}
+
+// reserveBody is the body of /v1/reserve: a check with an idempotency id.
+// (Not embedding checkBody keeps encoding/json's field paths plain.)
+type reserveBody struct {
+	ID          string            `json:"id"`
+	Descriptors map[string]string `json:"descriptors"`
+	Cost        int64             `json:"cost"`
+	Requests    []requestBody     `json:"requests"`
+}
+
+// reserve serves POST /v1/reserve.
+func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
+	var b reserveBody
+	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		writeError(w, e)
+		return
+	}
+	reqs, single, e := checkBody{b.Descriptors, b.Cost, b.Requests}.requests()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	d, err := a.svc.Reserve(r.Context(), b.ID, reqs...)
+	if err != nil {
+		writeError(w, a.serviceError(r.Context(), "reserve", err, single))
+		return
+	}
+	a.logDecision(r.Context(), "reserve", d, reqs)
+	a.writeDecision(w, d, reqs)
+}
+
+type settleBody struct {
+	ID     string `json:"id"`
+	Actual *int64 `json:"actual"`
+}
+
+// settle serves POST /v1/settle.
+func (a *api) settle(w http.ResponseWriter, r *http.Request) {
+	var b settleBody
+	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		writeError(w, e)
+		return
+	}
+	switch {
+	case b.ID == "":
+		writeError(w, badRequest("id", "required: the id /v1/reserve answered as reservation_id"))
+		return
+	case b.Actual == nil:
+		writeError(w, badRequest("actual", "required: what the request really cost"))
+		return
+	}
+	already, err := a.svc.Settle(r.Context(), b.ID, *b.Actual)
+	if err != nil {
+		writeError(w, a.serviceError(r.Context(), "settle", err, true))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Settled bool `json:"settled"`
+		Already bool `json:"already"`
+	}{true, already})
+}
+
+// serviceError maps a service error to an answer: invalid input is 400
+// naming the field, an unknown reservation 404, and anything else (the store
+// failed) 503, logged. single says the client used the single-set body form.
+func (a *api) serviceError(ctx context.Context, op string, err error, single bool) *apiError {
+	var fe *tokenlimit.FieldError
+	switch {
+	case errors.Is(err, service.ErrUnknownReservation):
+		return &apiError{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, or it expired and simply stands"}
+	case errors.Is(err, service.ErrInvalidRequest):
+		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
+		if single {
+			field = strings.TrimPrefix(field, "requests[0].")
+		}
+		return badRequest(field, "%s", reason)
+	case errors.As(err, &fe):
+		// The engine refused the limits the descriptors selected, such as a
+		// key too long or too many limits at once.
+		field := "requests"
+		if single {
+			field = "descriptors"
+		}
+		return badRequest(field, "the selected limits cannot be checked: %s", fe.Error())
+	}
+	a.log.ErrorContext(ctx, "service call failed", "op", op, "error", err)
+	return &apiError{Status: http.StatusServiceUnavailable, Message: "the rate-limit store failed; retry later"}
+}
+
+// splitField splits "field: reason".
+func splitField(msg string) (field, reason string) {
+	field, reason, ok := strings.Cut(msg, ": ")
+	if !ok || strings.ContainsAny(field, " \t") {
+		return "body", msg
+	}
+	return field, reason
+}
+
+// ceilDiv is d/unit rounded up, 0 for d <= 0.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}

@@ -1,0 +1,162 @@
+// Package httpapi is tokenlimit's HTTP JSON API over a service.Service:
+// checks (also as a forward-auth endpoint for Traefik / NGINX-style
+// gateways), reservations, the effective limits, admin inspect and reset,
+// and health endpoints. docs/api.md documents every endpoint, body, header
+// and status code.
+//
+// Checks answer 200 when allowed, 429 when denied and 503 when a
+// fail-closed limit cannot be decided, with Retry-After, X-RateLimit-* and
+// the IETF RateLimit / RateLimit-Policy fields for the tightest enforced
+// limit. Errors are JSON {"error": {"field": ..., "message": ...}}.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// DefaultMaxBodyBytes is the largest request body accepted when
+// Options.MaxBodyBytes is zero: 64 KiB.
+const DefaultMaxBodyBytes = 64 << 10
+
+// Options configures the handler. The zero value serves every endpoint
+// except the admin ones, with no /metrics and a placeholder page at /.
+type Options struct {
+	// AdminToken is the bearer token of the admin endpoints
+	// (/v1/admin/...). Empty disables them: they answer 403.
+	AdminToken string
+	// TrustedProxies are the networks whose X-Forwarded-For the
+	// forward-auth endpoint believes. A request from elsewhere is
+	// attributed to its connection's address.
+	TrustedProxies []netip.Prefix
+	// MaxBodyBytes caps request bodies; larger ones get 413. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives structured logs; slog.Default() when nil. Api keys
+	// are logged only as a short prefix and their length.
+	Logger *slog.Logger
+	// Metrics, if not nil, is served at /metrics.
+	Metrics http.Handler
+	// Dashboard, if not nil, is served at / (and every path the API does
+	// not own). When nil, / answers a small page pointing to /v1/limits.
+	Dashboard http.Handler
+}
+
+// api holds what the handlers share. It is immutable after New.
+type api struct {
+	svc      *service.Service
+	opts     Options
+	log      *slog.Logger
+	adminKey [32]byte // SHA-256 of the admin token, for constant-time compares
+}
+
+// New returns the API's handler over svc. It fails if svc is nil or an
+// option is invalid (a negative MaxBodyBytes, an invalid trusted prefix).
+func New(svc *service.Service, opts Options) (http.Handler, error) {
+	if svc == nil {
+		return nil, errors.New("httpapi: New: service is nil")
+	}
+	if opts.MaxBodyBytes < 0 {
+		return nil, errors.New("httpapi: New: MaxBodyBytes must not be negative")
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	for _, p := range opts.TrustedProxies {
+		if !p.IsValid() {
+			return nil, errors.New("httpapi: New: TrustedProxies holds an invalid prefix")
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &api{svc: svc, opts: opts, log: opts.Logger, adminKey: tokenHash(opts.AdminToken)}
+	return a.routes(), nil
+}
+
+// endpoint is one path of the API and the methods it answers.
+type endpoint struct {
+	path    string
+	methods []string // nil: any method
+	handler http.HandlerFunc
+}
+
+func (a *api) endpoints() []endpoint {
+	post := []string{http.MethodPost}
+	get := []string{http.MethodGet}
+	return []endpoint{
+		{"/v1/check", post, a.check},
+		{"/v1/forward-auth", nil, a.forwardAuth},
+		{"/v1/reserve", post, a.reserve},
+		{"/v1/settle", post, a.settle},
+		{"/v1/limits", get, a.limits},
+		{"/v1/admin/inspect", post, a.admin(a.inspect)},
+		{"/v1/admin/reset", post, a.admin(a.reset)},
+		{"/healthz", get, a.healthz},
+		{"/readyz", get, a.readyz},
+	}
+}
+
+// routes builds the mux: each endpoint under its methods, a JSON 405 for
+// the others, a JSON 404 for unknown API paths, and / for the dashboard.
+func (a *api) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, e := range a.endpoints() {
+		if e.methods == nil {
+			mux.Handle(e.path, e.handler)
+			continue
+		}
+		for _, m := range e.methods {
+			mux.Handle(m+" "+e.path, e.handler)
+		}
+		mux.Handle(e.path, methodNotAllowed(e.methods))
+	}
+	if a.opts.Metrics != nil {
+		mux.Handle("/metrics", a.opts.Metrics)
+	}
+	mux.HandleFunc("/v1/", notFound)
+	if a.opts.Dashboard != nil {
+		mux.Handle("/", a.opts.Dashboard)
+	} else {
+		mux.HandleFunc("GET /{$}", rootPage)
+		mux.HandleFunc("/", notFound)
+	}
+	return mux
+}
+
+func methodNotAllowed(methods []string) http.HandlerFunc {
+	allow := methods
+	if len(methods) == 1 && methods[0] == http.MethodGet {
+		allow = []string{http.MethodGet, http.MethodHead}
+	}
+	header := strings.Join(allow, ", ")
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", header)
+		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Field: "method",
+			Message: r.Method + " is not allowed on " + r.URL.Path + "; use " + header})
+	}
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, &apiError{Status: http.StatusNotFound, Field: "path",
+		Message: "no endpoint " + r.URL.Path + "; see docs/api.md"})
+}
+
+const rootHTML = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>tokenlimit</title></head>
+<body><h1>tokenlimit</h1>
+<p>The dashboard is coming. Meanwhile, see the <a href="/v1/limits">effective limits</a>
+(<code>GET /v1/limits</code>), <a href="/healthz">/healthz</a> and <a href="/readyz">/readyz</a>.</p>
+</body></html>
+`
+
+func rootPage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write([]byte(rootHTML))
+}

@@ -1,0 +1,73 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"strconv"
+
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// redacted logs descriptors with the api key shortened by secretHint.
+type redacted map[string]string
+
+// LogValue implements slog.LogValuer.
+func (d redacted) LogValue() slog.Value {
+	names := make([]string, 0, len(d))
+	for k := range d {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	attrs := make([]slog.Attr, len(names))
+	for i, k := range names {
+		v := d[k]
+		if k == "api_key" {
+			v = secretHint(v)
+		}
+		attrs[i] = slog.String(k, v)
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// secretHint shows a secret as at most its first 4 bytes, never more than a
+// quarter of it, and its length: "sk-d…(32 bytes)".
+func secretHint(s string) string {
+	n := min(4, len(s)/4)
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// logDecision logs a decision at debug level, and denials and unavailable
+// answers at info and warn. Budget keys are not logged: they may hold api
+// keys.
+func (a *api) logDecision(ctx context.Context, op string, d service.Decision, reqs []service.Request) {
+	level := slog.LevelDebug
+	switch {
+	case d.Unavailable:
+		level = slog.LevelWarn
+	case !d.Allowed:
+		level = slog.LevelInfo
+	}
+	if !a.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []any{"op", op, "allowed", d.Allowed, "unavailable", d.Unavailable}
+	if o, ok := d.Tightest(); ok {
+		attrs = append(attrs, "limit", o.Name, "remaining", o.Remaining, "retry_after", o.RetryAfter)
+	}
+	attrs = append(attrs, "requests", requestsLog(reqs))
+	a.log.Log(ctx, level, "rate-limit decision", attrs...)
+}
+
+// requestsLog logs requests as a group per index: descriptors (redacted)
+// and cost.
+type requestsLog []service.Request
+
+// LogValue implements slog.LogValuer.
+func (rs requestsLog) LogValue() slog.Value {
+	attrs := make([]slog.Attr, len(rs))
+	for i, r := range rs {
+		attrs[i] = slog.Group(strconv.Itoa(i), "descriptors", redacted(r.Descriptors), "cost", r.Cost)
+	}
+	return slog.GroupValue(attrs...)
+}
