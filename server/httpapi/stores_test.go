@@ -27,6 +27,7 @@ var storeCases = []struct {
 	{"ReserveSettle", testReserveSettle},
 	{"ReserveDenied", testReserveDenied},
 	{"AdminInspectReset", testAdminInspectReset},
+	{"PolicyOfOverridesAndCalendars", testPolicyOfOverridesAndCalendars},
 }
 
 func TestStores(t *testing.T) {
@@ -476,4 +477,43 @@ func testAdminInspectReset(t *testing.T, b backend) {
 	if r.body != `{"reset":[]}`+"\n" {
 		t.Fatalf("reset of a limit the descriptors do not select: %s", r.body)
 	}
+}
+
+const plansConfig = `
+timezone: Europe/Berlin
+limits:
+  - name: tokens
+    key: [api_key]
+    algorithm: token_bucket
+    capacity: 100
+    refill: 10/s
+    cost: request
+plans:
+  free: {monthly: 45}
+  pro: {daily: 100000}
+api_keys:
+  k-free: {plan: free}
+  k-pro:
+    plan: pro
+    overrides:
+      tokens: {capacity: 1000, refill: 50/s}
+`
+
+// RateLimit-Policy describes the limit as it applies to the request: with
+// the api key's override, and for calendar quotas the current month.
+func testPolicyOfOverridesAndCalendars(t *testing.T, b backend) {
+	e := newEnv(t, b, setup{config: plansConfig})
+	e.clock.Advance(31 * 24 * time.Hour) // 2026-02-01 00:00 UTC, 01:00 in Berlin
+	r := e.post("/v1/check", `{"descriptors": {"api_key": "k-pro"}, "cost": 1}`)
+	wantHeaders(t, r, map[string]string{
+		"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": "999", "X-RateLimit-Reset": "1",
+		"RateLimit": `"tokens";r=999;t=1`, "RateLimit-Policy": `"tokens";q=1000;w=20`,
+	})
+	// February in Berlin: 28 days, ending at 2026-02-28 23:00 UTC.
+	r = e.post("/v1/check", `{"descriptors": {"api_key": "k-free"}, "cost": 10}`)
+	reset := strconv.Itoa(28*24*3600 - 3600)
+	wantHeaders(t, r, map[string]string{
+		"X-RateLimit-Limit": "45", "X-RateLimit-Remaining": "35", "X-RateLimit-Reset": reset,
+		"RateLimit": `"plan-free-monthly";r=35;t=` + reset, "RateLimit-Policy": `"plan-free-monthly";q=45;w=2419200`,
+	})
 }
