@@ -28,6 +28,18 @@ type cell struct {
 	hist      histogram
 }
 
+// merge adds o, a later slice of the same cell.
+func (c *cell) merge(o cell) {
+	c.decisions += o.decisions
+	c.allowed += o.allowed
+	c.errors += o.errors
+	if c.firstErr == nil {
+		c.firstErr = o.firstErr
+	}
+	c.elapsed += o.elapsed
+	c.hist.merge(&o.hist)
+}
+
 func (c cell) perSecond() float64 {
 	if c.elapsed <= 0 {
 		return 0

@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,11 +41,15 @@ type config struct {
 	redisServer string
 	runs        int
 	duration    time.Duration
+	slice       time.Duration
 	warmup      time.Duration
 	callers     []int
 	keys        int
 	scriptCalls int
+	luaDir      string
 	only        map[string]bool
+	variants    string
+	cpuProfile  string
 }
 
 func main() {
@@ -64,11 +69,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.redisServer, "redis-server", "redis-server", "redis-server binary to start")
 	fs.IntVar(&c.runs, "runs", 3, "runs of every measurement; the tables show medians")
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of one load cell")
-	fs.DurationVar(&c.warmup, "warmup", 300*time.Millisecond, "unmeasured load before each cell")
+	fs.DurationVar(&c.slice, "slice", 500*time.Millisecond, "the variants take turns in slices of this length")
+	fs.DurationVar(&c.warmup, "warmup", 300*time.Millisecond, "unmeasured load per variant before each concurrency level")
 	fs.StringVar(&callers, "callers", "1,16,64,256", "concurrent callers of the load cells")
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the load is spread over")
 	fs.IntVar(&c.scriptCalls, "script-calls", 20_000, "calls per script-cost measurement")
-	fs.StringVar(&only, "only", "load,scripts,memory", "measurements to make")
+	fs.StringVar(&c.luaDir, "lua-dir", "../redisstore/lua", "the engine's Lua files, for the script anatomy")
+	fs.StringVar(&only, "only", "load,scripts,anatomy,memory", "measurements to make")
+	fs.StringVar(&c.variants, "variants", "", "measure only the load and script variants whose names contain this text")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write this tool's CPU profile (the client side) to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -82,10 +91,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.only = map[string]bool{}
 	for f := range strings.SplitSeq(only, ",") {
 		switch f = strings.TrimSpace(f); f {
-		case "load", "scripts", "memory":
+		case "load", "scripts", "anatomy", "memory":
 			c.only[f] = true
 		default:
-			return c, fmt.Errorf("-only: unknown measurement %q (want load, scripts, memory)", f)
+			return c, fmt.Errorf("-only: unknown measurement %q (want load, scripts, anatomy, memory)", f)
 		}
 	}
 	switch {
@@ -93,6 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-runs must be at least 1")
 	case c.duration <= 0 || c.duration > time.Minute:
 		return c, errors.New("-duration must be in (0, 1m]")
+	case c.slice <= 0:
+		return c, errors.New("-slice must be positive")
 	case c.keys < 1:
 		return c, errors.New("-keys must be at least 1")
 	case c.scriptCalls < 16:
@@ -116,6 +127,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer c.close()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	progress("redis-server on %s; %d run(s)", srv.addr, cfg.runs)
 
@@ -124,25 +146,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keys := keyNames(cfg.keys)
 
 	if cfg.only["load"] {
-		variants := loadVariants(c)
+		variants := pick(loadVariants(c), cfg.variants)
 		cells := make([][][]cell, len(variants)) // [variant][callers][run]
 		for v := range cells {
 			cells[v] = make([][]cell, len(cfg.callers))
 		}
+		slices := max(1, int(cfg.duration/cfg.slice))
 		for r := range cfg.runs {
+			if err := c.goredis.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
 			for ci, n := range cfg.callers {
-				// Rotate the order each run so that no variant always
-				// goes first or last.
-				for k := range variants {
-					v := (k + r) % len(variants)
-					if err := c.goredis.FlushAll(ctx).Err(); err != nil {
-						return err
+				for _, v := range variants { // connections and keys
+					runLoad(ctx, v.decide, n, cfg.warmup, keys)
+				}
+				// The variants take turns in short slices, in an order that
+				// rotates, so that the machine's other load, which comes and
+				// goes, weighs on all of them alike.
+				acc := make([]cell, len(variants))
+				for s := range slices {
+					for k := range variants {
+						v := (k + s + r) % len(variants)
+						acc[v].merge(runLoad(ctx, variants[v].decide, n, cfg.duration/time.Duration(slices), keys))
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
 					}
-					runLoad(ctx, variants[v].decide, n, cfg.warmup, keys)
-					got := runLoad(ctx, variants[v].decide, n, cfg.duration, keys)
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
+				}
+				for v, got := range acc {
 					progress("run %d  callers %3d  %-48s %8.0f/s  p99 %v  errors %d", r+1, n, variants[v].name, got.perSecond(), got.hist.quantile(0.99), got.errors)
 					if got.errors > 0 {
 						return fmt.Errorf("%s with %d callers: %d errors, first: %w", variants[v].name, n, got.errors, got.firstErr)
@@ -155,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if cfg.only["scripts"] {
-		variants := scriptVariants(c)
+		variants := pick(scriptVariants(c), cfg.variants)
 		costs := make([][]scriptCost, len(variants))
 		var sets []float64
 		set := func(ctx context.Context, key string) (bool, error) {
@@ -177,6 +208,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			sets = append(sets, us)
 		}
 		w.scripts(cfg, variants, costs, sets)
+	}
+
+	if cfg.only["anatomy"] {
+		rows, err := anatomyRows(ctx, c, cfg.luaDir)
+		if err != nil {
+			return fmt.Errorf("script anatomy: %w", err)
+		}
+		costs := make([][]float64, len(rows))
+		for r := range cfg.runs {
+			for i, row := range rows {
+				us, err := measureAnatomy(ctx, c.goredis, row, cfg.scriptCalls, keys)
+				if err != nil {
+					rows[i].err = err
+					continue
+				}
+				progress("run %d  anatomy %6.2f µs/call  %s", r+1, us, row.name)
+				costs[i] = append(costs[i], us)
+			}
+		}
+		w.anatomy(cfg, rows, costs)
 	}
 
 	if cfg.only["memory"] {
@@ -227,6 +278,11 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// pick returns the variants whose names contain text.
+func pick(vs []variant, text string) []variant {
+	return slices.DeleteFunc(vs, func(v variant) bool { return !strings.Contains(v.name, text) })
 }
 
 func median(xs []float64) float64 {
