@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// This file holds what protocols such as Envoy's Rate Limit Service need
+// beyond Check: requests that may select the same budget more than once,
+// and each outcome's limit described as "N per window".
+
+// Policy describes the budget behind an Outcome as "Limit per Window", the
+// shape in which Envoy's RLS (current_limit) and the IETF RateLimit-Policy
+// field describe a limit.
+type Policy struct {
+	// Limit is the most cost the budget admits at once (Limit.Capacity).
+	Limit int64
+	// Window is how long the budget takes to go from empty to full: the
+	// window of a window algorithm, the time to refill the whole capacity
+	// for a token bucket or GCRA (capacity 10 refilling 2/s: 5s), the day's
+	// or month's length for a calendar quota.
+	Window time.Duration
+	// Calendar is "day" or "month" for a quota aligned to the calendar, ""
+	// otherwise.
+	Calendar string
+}
+
+// PolicyOf returns the policy of a limit, per Policy.
+func PolicyOf(l tokenlimit.Limit) Policy {
+	p := Policy{Limit: l.Capacity(), Window: l.Period}
+	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
+		num, den := l.Interval() // microseconds per unit of cost
+		p.Window = time.Duration(p.Limit*num/den) * time.Microsecond
+	}
+	return p
+}
+
+// CheckMerged is Check for requests that may select the same budget more
+// than once, as overlapping Envoy RLS descriptors do ({user} and {user,
+// route} both selecting a per-user limit). Check refuses a budget repeated
+// within one call; CheckMerged charges it once with the sum of the costs the
+// requests put on it, and reports its outcome for every request that
+// selected it. The decision stays all or nothing across all requests.
+//
+// It also returns the Policy of every outcome, in the order of
+// Decision.Limits, from the limit each was decided under (api-key overrides
+// and calendar windows included).
+func (s *Service) CheckMerged(ctx context.Context, reqs ...Request) (Decision, []Policy, error) {
+	start := time.Now()
+	p, err := s.plan(reqs)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	type alias struct {
+		request int
+		cost    int64
+	}
+	aliases := map[string][]alias{} // key -> further requests selecting it
+	policies := map[string]Policy{}
+	merge := func(checks []check) []check {
+		out := checks[:0]
+		first := map[string]int{}
+		for _, c := range checks {
+			if i, ok := first[c.item.Key]; ok {
+				out[i].item.Cost = min(out[i].item.Cost+c.item.Cost, tokenlimit.MaxCost+1)
+				aliases[c.item.Key] = append(aliases[c.item.Key], alias{c.request, c.item.Cost})
+				continue
+			}
+			first[c.item.Key] = len(out)
+			pol := PolicyOf(c.item.Limit)
+			pol.Calendar = c.limit.Calendar
+			policies[c.item.Key] = pol
+			out = append(out, c)
+		}
+		return out
+	}
+	p.enforced, p.shadow = merge(p.enforced), merge(p.shadow)
+	d, err := s.decide(ctx, p)
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	s.metrics.observe(d, time.Since(start))
+	if len(aliases) > 0 {
+		limits := make([]Outcome, 0, len(d.Limits))
+		for _, o := range d.Limits {
+			limits = append(limits, o)
+			for _, a := range aliases[o.Key] {
+				o.Request, o.Cost = a.request, a.cost
+				limits = append(limits, o)
+			}
+		}
+		d.Limits = limits
+	}
+	out := make([]Policy, len(d.Limits))
+	for i, o := range d.Limits {
+		out[i] = policies[o.Key]
+		out[i].Limit = o.Limit
+	}
+	return d, out, nil
+}
