@@ -1,0 +1,313 @@
+// Package rlsv3 serves Envoy's Rate Limit Service v3 over gRPC
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), so that
+// Envoy, Istio and other Envoy-based gateways can call tokenlimit directly.
+// It is the only package that imports Envoy's protos.
+//
+// Each descriptor of a RateLimitRequest becomes one service.Request whose
+// descriptors are the descriptor's entries plus "domain", the request's
+// domain; its cost is the descriptor's hits_addend, else the request's, else
+// 1. All descriptors are decided in one atomic check: if any enforced limit
+// denies, nothing is charged. docs/rls.md has the full mapping and an Envoy
+// configuration.
+package rlsv3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// Options configures the gRPC service. The zero value is ready to use.
+type Options struct {
+	// Logger receives debug logs of refused requests and of answers made
+	// while the store is failing; slog.Default() when nil. The service
+	// logs store failures itself.
+	Logger *slog.Logger
+}
+
+// Bounds on one RateLimitRequest.
+const (
+	// MaxDescriptors is the most descriptors one request may carry.
+	MaxDescriptors = tokenlimit.MaxItems
+	// MaxEntries is the most entries one descriptor may carry.
+	MaxEntries = 16
+)
+
+// DomainDescriptor is the descriptor that carries the request's domain, so
+// that limits can select a domain with match: {domain: NAME}.
+const DomainDescriptor = "domain"
+
+// Register registers the Rate Limit Service on s, answering with svc.
+func Register(s *grpc.Server, svc *service.Service, opts Options) error {
+	if s == nil || svc == nil {
+		return errors.New("rlsv3: Register needs a gRPC server and a service")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	rlspb.RegisterRateLimitServiceServer(s, &server{svc: svc, log: opts.Logger})
+	return nil
+}
+
+type server struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	svc *service.Service
+	log *slog.Logger
+}
+
+var _ rlspb.RateLimitServiceServer = (*server)(nil)
+
+// ShouldRateLimit decides every descriptor of req in one atomic check. A
+// store failure under a fail-closed limit answers codes.Unavailable, which
+// Envoy turns into its failure_mode_deny behaviour; an invalid request
+// answers codes.InvalidArgument naming the field.
+func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	reqs, err := requests(req)
+	if err != nil {
+		s.log.Debug("rls: invalid request", "error", err)
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	d, policies, err := s.svc.CheckMerged(ctx, reqs...)
+	if err != nil {
+		return nil, s.checkError(ctx, err)
+	}
+	if d.Unavailable {
+		msg := "tokenlimit: the store is failing and no local budget is left"
+		if names := unavailable(d); len(names) > 0 {
+			msg = "tokenlimit: the store is failing and these limits fail closed: " + strings.Join(names, ", ")
+		}
+		s.log.Debug("rls: unavailable", "reason", msg)
+		return nil, status.Error(codes.Unavailable, msg)
+	}
+	return response(d, policies, len(reqs)), nil
+}
+
+func (s *server) checkError(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, service.ErrInvalidRequest) || errors.Is(err, tokenlimit.ErrInvalid):
+		s.log.Debug("rls: invalid request", "error", err)
+		return status.Error(codes.InvalidArgument, rlsFields.Replace(err.Error()))
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Errorf(codes.Internal, "tokenlimit: %v", err)
+}
+
+// rlsFields renames the service's field paths as the RLS request's: each
+// descriptor is one service request, and its hits_addend the request's cost.
+var rlsFields = strings.NewReplacer(
+	"requests[", "descriptors[",
+	"].descriptors.", "].entries.",
+	"].descriptors:", "].entries:",
+	"].cost:", "].hits_addend:",
+)
+
+// requests maps an RLS request to service requests, one per descriptor.
+func requests(req *rlspb.RateLimitRequest) ([]service.Request, error) {
+	domain := req.GetDomain()
+	switch n := len(req.GetDescriptors()); {
+	case domain == "":
+		return nil, errors.New("domain: must not be empty")
+	case n == 0:
+		return nil, errors.New("descriptors: at least one descriptor is required")
+	case n > MaxDescriptors:
+		return nil, fmt.Errorf("descriptors: at most %d per request, got %d", MaxDescriptors, n)
+	}
+	out := make([]service.Request, len(req.Descriptors))
+	for i, desc := range req.Descriptors {
+		entries := desc.GetEntries()
+		switch {
+		case len(entries) == 0:
+			return nil, fmt.Errorf("descriptors[%d].entries: at least one entry is required", i)
+		case len(entries) > MaxEntries:
+			return nil, fmt.Errorf("descriptors[%d].entries: at most %d per descriptor, got %d", i, MaxEntries, len(entries))
+		case desc.GetIsNegativeHits():
+			return nil, fmt.Errorf("descriptors[%d].is_negative_hits: refunds are not supported over RLS; use the HTTP API's reserve and settle", i)
+		}
+		m := make(map[string]string, len(entries)+1)
+		for j, e := range entries {
+			key := e.GetKey()
+			switch _, dup := m[key]; {
+			case key == "":
+				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: must not be empty", i, j)
+			case key == DomainDescriptor:
+				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: %q is reserved for the request's domain", i, j, key)
+			case dup:
+				k := slices.IndexFunc(entries, func(e *commonpb.RateLimitDescriptor_Entry) bool { return e.GetKey() == key })
+				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: %q repeats entries[%d]", i, j, key, k)
+			}
+			m[key] = e.GetValue()
+		}
+		m[DomainDescriptor] = domain
+		cost, err := cost(req, i)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = service.Request{Descriptors: m, Cost: cost}
+	}
+	return out, nil
+}
+
+// cost is descriptor i's hits_addend if set, else the request's, else 1.
+// Zero at either level counts as 1: proto3 cannot tell an unset request
+// hits_addend from 0, and Envoy documents the unset value as 1.
+func cost(req *rlspb.RateLimitRequest, i int) (int64, error) {
+	n := uint64(req.GetHitsAddend())
+	field := "hits_addend"
+	if h := req.Descriptors[i].GetHitsAddend(); h != nil {
+		n, field = h.GetValue(), fmt.Sprintf("descriptors[%d].hits_addend", i)
+	}
+	switch {
+	case n == 0:
+		return 1, nil
+	case n > tokenlimit.MaxCost:
+		return 0, fmt.Errorf("%s: at most %d, got %d", field, int64(tokenlimit.MaxCost), n)
+	}
+	return int64(n), nil
+}
+
+// unavailable lists the limits that could not be decided, once each.
+func unavailable(d service.Decision) []string {
+	var names []string
+	for _, o := range d.Limits {
+		if !o.FailOpen && !slices.Contains(names, o.Name) {
+			names = append(names, o.Name)
+		}
+	}
+	return names
+}
+
+// response builds the answer: one status per descriptor from the enforced
+// limits it selected, and the rate-limit headers of the tightest limit.
+func response(d service.Decision, policies []service.Policy, n int) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{
+		OverallCode: rlspb.RateLimitResponse_OK,
+		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, n),
+	}
+	if !d.Allowed {
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	byRequest := make([][]int, n) // indexes into d.Limits of each descriptor's enforced limits
+	for i, o := range d.Limits {
+		if !o.Shadow && o.Request >= 0 && o.Request < n {
+			byRequest[o.Request] = append(byRequest[o.Request], i)
+		}
+	}
+	for r := range resp.Statuses {
+		resp.Statuses[r] = descriptorStatus(d, policies, byRequest[r])
+	}
+	if t, ok := d.Tightest(); ok {
+		resp.ResponseHeadersToAdd = headers(t, !d.Allowed)
+	}
+	return resp
+}
+
+func descriptorStatus(d service.Decision, policies []service.Policy, limits []int) *rlspb.RateLimitResponse_DescriptorStatus {
+	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	if len(limits) == 0 {
+		return st
+	}
+	sub := service.Decision{Allowed: true, Limits: make([]service.Outcome, len(limits))}
+	for k, i := range limits {
+		sub.Limits[k] = d.Limits[i]
+		if !d.Limits[i].Allowed {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			sub.Allowed = false
+		}
+	}
+	t, _ := sub.Tightest()
+	var pol service.Policy
+	for _, i := range limits {
+		if d.Limits[i].Name == t.Name && d.Limits[i].Key == t.Key {
+			pol = policies[i]
+			break
+		}
+	}
+	st.CurrentLimit = currentLimit(t.Name, pol)
+	st.LimitRemaining = clamp32(t.Remaining)
+	st.DurationUntilReset = durationpb.New(t.ResetAfter)
+	return st
+}
+
+// Units of RateLimitResponse.RateLimit, longest first. Months and years
+// only describe calendar quotas: a fixed window of 30 days is DAY x 30.
+var units = []struct {
+	d    time.Duration
+	unit rlspb.RateLimitResponse_RateLimit_Unit
+}{
+	{24 * time.Hour, rlspb.RateLimitResponse_RateLimit_DAY},
+	{time.Hour, rlspb.RateLimitResponse_RateLimit_HOUR},
+	{time.Minute, rlspb.RateLimitResponse_RateLimit_MINUTE},
+	{time.Second, rlspb.RateLimitResponse_RateLimit_SECOND},
+}
+
+// currentLimit describes a limit as requests_per_unit per unit x
+// unit_multiplier: the longest unit that divides the window exactly, with the
+// multiplier that makes it exact (5s: SECOND x 5; 2h: HOUR x 2; 1 day: DAY).
+// Calendar quotas are one DAY or MONTH. A window that is not a whole number
+// of seconds is rounded to the nearest second (at least 1).
+func currentLimit(name string, p service.Policy) *rlspb.RateLimitResponse_RateLimit {
+	rl := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clamp32(p.Limit)}
+	switch p.Calendar {
+	case "month":
+		rl.Unit = rlspb.RateLimitResponse_RateLimit_MONTH
+		return rl
+	case "day":
+		rl.Unit = rlspb.RateLimitResponse_RateLimit_DAY
+		return rl
+	}
+	rl.Unit = rlspb.RateLimitResponse_RateLimit_SECOND
+	mult := max(1, (p.Window+time.Second/2)/time.Second)
+	for _, u := range units {
+		if p.Window >= u.d && p.Window%u.d == 0 {
+			rl.Unit, mult = u.unit, p.Window/u.d
+			break
+		}
+	}
+	if mult > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(mult, math.MaxUint32)))
+	}
+	return rl
+}
+
+// headers are the rate-limit headers of the tightest limit: its limit,
+// remaining and seconds until fully reset, and when the request is denied
+// the seconds until it could be admitted (retry-after; left out when the
+// cost exceeds the limit, since waiting cannot help).
+func headers(t service.Outcome, denied bool) []*corepb.HeaderValue {
+	h := []*corepb.HeaderValue{
+		{Key: "x-ratelimit-limit", Value: strconv.FormatInt(t.Limit, 10)},
+		{Key: "x-ratelimit-remaining", Value: strconv.FormatInt(t.Remaining, 10)},
+		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(ceilSeconds(t.ResetAfter), 10)},
+	}
+	if denied && !t.CostExceedsLimit {
+		h = append(h, &corepb.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(max(1, ceilSeconds(t.RetryAfter)), 10)})
+	}
+	return h
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func clamp32(v int64) uint32 {
+	return uint32(min(max(v, 0), math.MaxUint32))
+}
