@@ -1,0 +1,198 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+func TestReserveSettle(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: tokens
+    key: [user]
+    algorithm: fixed_window
+    limit: 1000/d
+    cost: request
+  - name: requests
+    key: [user]
+    algorithm: token_bucket
+    capacity: 100
+    refill: 1/d
+    cost: 1
+  - name: weighted
+    key: [user]
+    algorithm: sliding_log
+    limit: 1000/d
+    cost: {by: model, weights: {big: 4}}
+`
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0, func(o *service.Options) { o.ReservationTTL = 10 * time.Minute })
+		ctx := context.Background()
+		u := D{"user": "u", "model": "big"}
+		req := func(cost int64) service.Request { return service.Request{Descriptors: u, Cost: cost} }
+		state := func() [3]int64 {
+			d := e.inspect(u)
+			return [3]int64{mustOutcome(t, d, "tokens").Remaining, mustOutcome(t, d, "requests").Remaining, mustOutcome(t, d, "weighted").Remaining}
+		}
+		expect := func(step string, want [3]int64) {
+			t.Helper()
+			if got := state(); got != want {
+				t.Fatalf("%s: remaining (tokens, requests, weighted) = %v, want %v", step, got, want)
+			}
+		}
+		reserve := func(id string, cost int64) service.Decision {
+			t.Helper()
+			d, err := e.svc.Reserve(ctx, id, req(cost))
+			if err != nil {
+				t.Fatalf("Reserve(%q, %d): %v", id, cost, err)
+			}
+			return d
+		}
+		settle := func(id string, actual int64) bool {
+			t.Helper()
+			already, err := e.svc.Settle(ctx, id, actual)
+			if err != nil {
+				t.Fatalf("Settle(%q, %d): %v", id, actual, err)
+			}
+			return already
+		}
+
+		// Reserve the estimate; a retried Reserve with the same id charges
+		// nothing and returns the first decision.
+		d := reserve("r1", 100)
+		if !d.Allowed || d.ReservationID != "r1" {
+			t.Fatalf("Reserve(r1, 100) = %s id %q", describe(d), d.ReservationID)
+		}
+		expect("reserved 100", [3]int64{900, 99, 996})
+		if again := reserve("r1", 100); again.ReservationID != "r1" || !again.Allowed || describe(again) != describe(d) {
+			t.Errorf("retried Reserve(r1) = %s, want the first decision %s", describe(again), describe(d))
+		}
+		expect("retried reserve", [3]int64{900, 99, 996})
+
+		// Settle refunds exactly what the request's own cost did not use;
+		// constant and weighted costs do not depend on it.
+		if settle("r1", 30) {
+			t.Error("first Settle(r1) reported already settled")
+		}
+		expect("settled 30 of 100", [3]int64{970, 99, 996})
+		if !settle("r1", 30) || !settle("r1", 500) {
+			t.Error("a second Settle(r1) did not report already settled")
+		}
+		expect("settled again", [3]int64{970, 99, 996})
+
+		// An actual cost above the estimate charges the difference.
+		reserve("r2", 100)
+		settle("r2", 250)
+		expect("reserved 100, used 250", [3]int64{720, 98, 992})
+
+		// An empty id gets a fresh random one.
+		d1, d2 := reserve("", 10), reserve("", 10)
+		if len(d1.ReservationID) < 16 || d1.ReservationID == d2.ReservationID {
+			t.Errorf("generated ids %q and %q: want distinct random ids", d1.ReservationID, d2.ReservationID)
+		}
+		settle(d1.ReservationID, 10)
+		settle(d2.ReservationID, 0)
+		expect("two reservations of 10, one used, one cancelled", [3]int64{710, 96, 984})
+
+		// A reservation not settled within its TTL simply stands.
+		reserve("r3", 50)
+		e.clock.Advance(10*time.Minute + time.Millisecond)
+		if _, err := e.svc.Settle(ctx, "r3", 0); !errors.Is(err, service.ErrUnknownReservation) {
+			t.Fatalf("Settle after the TTL: %v, want ErrUnknownReservation", err)
+		}
+		expect("expired reservation", [3]int64{660, 95, 980})
+		// Its id is free again.
+		if d := reserve("r3", 10); !d.Allowed {
+			t.Fatalf("Reserve(r3) after expiry: %s", describe(d))
+		}
+		expect("r3 reused", [3]int64{650, 94, 976})
+		settle("r3", 10)
+
+		// A denied reservation charges nothing and settles to nothing.
+		if d := reserve("r4", 5000); d.Allowed {
+			t.Fatalf("Reserve(r4, 5000) = %s, want denied", describe(d))
+		}
+		if already, err := e.svc.Settle(ctx, "r4", 10); err != nil || already {
+			t.Errorf("Settle of a denied reservation = %v, %v; want false, nil", already, err)
+		}
+		expect("denied reservation", [3]int64{650, 94, 976})
+
+		// Errors.
+		if _, err := e.svc.Settle(ctx, "no-such-id", 1); !errors.Is(err, service.ErrUnknownReservation) || !strings.Contains(err.Error(), "no-such-id") {
+			t.Errorf("Settle(no-such-id): %v, want ErrUnknownReservation naming the id", err)
+		}
+		if _, err := e.svc.Settle(ctx, "r3", -1); !errors.Is(err, service.ErrInvalidRequest) || !strings.Contains(err.Error(), "actual") {
+			t.Errorf("Settle(r3, -1): %v, want ErrInvalidRequest naming actual", err)
+		}
+		if _, err := e.svc.Reserve(ctx, strings.Repeat("i", 129), req(1)); !errors.Is(err, service.ErrInvalidRequest) || !strings.Contains(err.Error(), "id") {
+			t.Errorf("Reserve with a 129-byte id: %v, want ErrInvalidRequest naming id", err)
+		}
+		expect("errors", [3]int64{650, 94, 976})
+	})
+}
+
+// Reservations are idempotent under concurrency: many goroutines reserving
+// and settling the same id charge once.
+func TestReserveConcurrentRetries(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: tokens
+    key: [user]
+    algorithm: token_bucket
+    capacity: 1000
+    refill: 1/d
+    cost: request
+`
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		ctx := context.Background()
+		u := D{"user": "u"}
+		errs := make(chan error, 16)
+		for range 8 {
+			go func() {
+				_, err := e.svc.Reserve(ctx, "same", service.Request{Descriptors: u, Cost: 100})
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := e.remaining(u, "tokens"); got != 900 {
+			t.Fatalf("8 concurrent Reserve(same, 100): remaining %d, want 900", got)
+		}
+		var already [8]bool
+		for i := range 8 {
+			go func() {
+				var err error
+				already[i], err = e.svc.Settle(ctx, "same", 40)
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		first := 0
+		for _, a := range already {
+			if !a {
+				first++
+			}
+		}
+		if first != 1 {
+			t.Errorf("%d of 8 concurrent Settle calls settled, want exactly 1", first)
+		}
+		if got := e.remaining(u, "tokens"); got != 960 {
+			t.Fatalf("after settling 40: remaining %d, want 960", got)
+		}
+	})
+}
