@@ -34,7 +34,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the client may be gone; nothing to do
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // bodies are JSON, never HTML: keep "<" readable
+	_ = enc.Encode(v)        // the client may be gone; nothing to do
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
