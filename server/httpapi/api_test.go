@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,9 @@ func TestNewRejectsBadArguments(t *testing.T) {
 	e := newEnv(t, memBackend(), setup{})
 	if _, err := httpapi.New(e.svc, httpapi.Options{MaxBodyBytes: -1}); err == nil {
 		t.Error("New with a negative MaxBodyBytes succeeded")
+	}
+	if _, err := httpapi.New(e.svc, httpapi.Options{TrustedProxies: []netip.Prefix{{}}}); err == nil {
+		t.Error("New with an invalid trusted prefix succeeded")
 	}
 }
 
@@ -325,6 +329,19 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 	}
 	if strings.Contains(out, key) || strings.Contains(out, "tok\"") {
 		t.Errorf("a secret is in the logs:\n%s", out)
+	}
+
+	// A store failure quoting the budget's key is logged without the key.
+	var failLog syncBuffer
+	store := &failingStore{Store: memBackend().store(t)}
+	f := newEnv(t, backend{name: "failing", remote: true}, setup{config: allDescriptorsConfig, store: store,
+		opts: httpapi.Options{Logger: slog.New(slog.NewJSONHandler(&failLog, nil)), AdminToken: "tok"}})
+	store.fail(true)
+	desc := `{"descriptors": {"api_key": "` + key + `", "user": "u", "model": "m", "tenant": "t", "route": "/r", "ip": "192.0.2.1"}}`
+	wantStatus(t, f.post("/v1/admin/reset", desc, "Authorization: Bearer tok"), http.StatusServiceUnavailable)
+	out = failLog.String()
+	if !strings.Contains(out, "api_key=sk-l…(24 bytes)|user=u") || strings.Contains(out, key) {
+		t.Errorf("store failure log should name the key as sk-l…(24 bytes):\n%s", out)
 	}
 }
 

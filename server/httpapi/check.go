@@ -218,7 +218,7 @@ func (a *api) serviceError(ctx context.Context, op string, err error, single boo
 		}
 		return badRequest(field, "the selected limits cannot be checked: %s", fe.Error())
 	}
-	a.log.ErrorContext(ctx, "service call failed", "op", op, "error", err)
+	a.log.ErrorContext(ctx, "service call failed", "op", op, "error", scrubbed(err))
 	return &apiError{Status: http.StatusServiceUnavailable, Message: "the rate-limit store failed; retry later"}
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -87,5 +88,14 @@ func TestSecretHint(t *testing.T) {
 		if got := secretHint(in); got != want {
 			t.Errorf("secretHint(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestScrubbed(t *testing.T) {
+	t.Parallel()
+	err := errors.New("service: reset tokens|api_key=sk-live-0123456789abcdef|model=x: down; api_key=ab%7Ccd: x")
+	want := "service: reset tokens|api_key=sk-l…(24 bytes)|model=x: down; api_key=a…(7 bytes): x"
+	if got := scrubbed(err); got != want {
+		t.Errorf("scrubbed:\n%s\nwant\n%s", got, want)
 	}
 }

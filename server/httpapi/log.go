@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strconv"
 
@@ -70,4 +71,17 @@ func (rs requestsLog) LogValue() slog.Value {
 		attrs[i] = slog.Group(strconv.Itoa(i), "descriptors", redacted(r.Descriptors), "cost", r.Cost)
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// apiKeyInKey finds api key values in budget keys such as
+// "llm|api_key=sk-123|model=x" (values are URL-escaped, so one ends at '|',
+// ':' or a space).
+var apiKeyInKey = regexp.MustCompile(`api_key=[^|:\s]+`)
+
+// scrubbed is err's message with every api key in a budget key shortened by
+// secretHint, for logging errors that quote keys.
+func scrubbed(err error) string {
+	return apiKeyInKey.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		return "api_key=" + secretHint(m[len("api_key="):])
+	})
 }
