@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"math"
-	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,26 +48,13 @@ func (a *api) setRateLimitHeaders(h http.Header, d service.Decision, reqs []serv
 	}
 }
 
-// windowSeconds is the RateLimit-Policy window of l, in whole seconds
-// rounded up (at least 1): the period of a window algorithm, and for a token
-// bucket or GCRA the time an empty bucket takes to refill completely, which
-// is the window in which its capacity (the policy's quota) is granted.
+// windowSeconds is the RateLimit-Policy window of l in whole seconds,
+// rounded up (at least 1): service.PolicyOf's window, the one the Envoy RLS
+// reports too — the period of a window algorithm, and for a token bucket or
+// GCRA the time an empty bucket takes to refill completely, which is the
+// window in which its capacity (the policy's quota) is granted.
 func windowSeconds(l tokenlimit.Limit) int64 {
-	if l.Algorithm != tokenlimit.TokenBucket && l.Algorithm != tokenlimit.GCRA {
-		return max(1, ceilDiv(l.Period, time.Second))
-	}
-	num, den := l.Interval() // µs per unit of cost: num/den
-	// Capacity × num can pass 64 bits for extreme limits: divide in 128.
-	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(num))
-	perSecond := uint64(den) * uint64(time.Second/time.Microsecond)
-	if hi >= perSecond {
-		return math.MaxInt64
-	}
-	q, rem := bits.Div64(hi, lo, perSecond)
-	if rem > 0 {
-		q++
-	}
-	return max(1, int64(min(q, math.MaxInt64)))
+	return max(1, ceilDiv(service.PolicyOf(l).Window, time.Second))
 }
 
 // sfString quotes s as a Structured Field String (RFC 9651 §3.3.3): only

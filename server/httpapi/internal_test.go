@@ -51,12 +51,15 @@ func TestWindowSeconds(t *testing.T) {
 		{tokenlimit.TokenBucketLimit(10, 3, time.Second), 4}, // 3.33 s
 		{tokenlimit.TokenBucketLimit(1, 1000, time.Second), 1},
 		{tokenlimit.GCRALimit(9, 60, time.Minute), 10},
-		{tokenlimit.TokenBucketLimit(tokenlimit.MaxQuota, tokenlimit.MaxQuota, 366*24*time.Hour), 366 * 24 * 3600},
+		{tokenlimit.TokenBucketLimit(10000, 1, 24*time.Hour), 10000 * 24 * 3600},
 		{tokenlimit.SlidingLogLimit(5, 5*time.Second), 5},
 		{tokenlimit.FixedWindowLimit(5, 1500*time.Millisecond), 2},
 		{tokenlimit.SlidingCounterLimit(5, time.Millisecond), 1},
 	}
 	for _, c := range cases {
+		if err := c.limit.Validate(); err != nil {
+			t.Fatalf("%s: %v", c.limit, err)
+		}
 		if got := windowSeconds(c.limit); got != c.want {
 			t.Errorf("windowSeconds(%s) = %d, want %d", c.limit, got, c.want)
 		}
