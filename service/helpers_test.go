@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -82,6 +83,9 @@ type env struct {
 
 var prefixes atomic.Int64
 
+// quiet discards the service's logs: store failures are expected in tests.
+var quiet = slog.New(slog.DiscardHandler)
+
 // newEnv starts a service on the named store ("memory" or "redis") enforcing
 // the YAML configuration yml, at time start of a fake clock. On Redis it
 // starts a redis-server of its own and decides at the fake clock's time
@@ -92,7 +96,7 @@ func newEnv(t *testing.T, store, yml string, start time.Time, edit ...func(*serv
 	t.Helper()
 	cfg := parseConfig(t, yml)
 	e := &env{t: t, clock: newClock(start), reg: prometheus.NewRegistry()}
-	opts := service.Options{Clock: e.clock.Now, Registerer: e.reg, StoreName: store}
+	opts := service.Options{Clock: e.clock.Now, Registerer: e.reg, StoreName: store, Logger: quiet}
 	switch store {
 	case "memory":
 		st, err := memstore.New(memstore.Options{})

@@ -1,0 +1,353 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// TestRedisOutage is issue 3's fault test, for real: a service on a real
+// redis-server under load from several goroutines; the server stops; each
+// limit follows its failure mode (fail-open: exactly its local share, then
+// denied; fail-closed: unavailable) and health says degraded; the server
+// comes back on the same port and the service recovers by itself, with no
+// goroutine left behind.
+//
+// Time: the service's clock is fake and frozen during the outage, so the
+// local fail-open budgets never refill and the breaker stays open until the
+// test moves the clock past the cooldown. Only the store timeout and the
+// deadlines of polling conditions are wall-clock.
+func TestRedisOutage(t *testing.T) {
+	// Not parallel: the goroutine count is process-wide.
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) { testRedisOutage(t, client) })
+	}
+}
+
+const outageConfig = `
+limits:
+  - name: open-limit
+    match: {route: /open}
+    key: [user]
+    algorithm: token_bucket
+    capacity: 10
+    refill: 10/h
+    fail_open_share: 0.5
+  - name: closed-limit
+    match: {route: /closed}
+    key: [user]
+    algorithm: sliding_log
+    limit: 1000/h
+    failure_mode: closed
+`
+
+const (
+	outageUsers      = 4
+	outageGoroutines = 8
+	localShare       = 5 // capacity 10 × fail_open_share 0.5
+	breakerCooldown  = time.Second
+)
+
+// tally counts a user's decisions by how they were made.
+type tally struct {
+	redisAllowed, redisDenied       int // decided by Redis
+	failOpenAllowed, failOpenDenied int // decided locally
+	unavailable                     int // fail-closed
+}
+
+func testRedisOutage(t *testing.T, client string) {
+	before := runtime.NumGoroutine()
+	srv := redistest.Start(t)
+	withServer := runtime.NumGoroutine() // the server process's own waiter
+	scripter, closeClient := dialScripter(t, client, srv.Addr())
+	st, err := redisstore.New(scripter, redisstore.Options{Prefix: "outage:", CallerTime: true, TTLPadding: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock(t0)
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(parseConfig(t, outageConfig), service.Options{
+		Store: st, StoreName: "redis", Remote: true, Clock: clk.Now, Registerer: reg, Logger: quiet,
+		StoreTimeout: 50 * time.Millisecond, BreakerThreshold: 3, BreakerCooldown: breakerCooldown,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	var (
+		mu       sync.Mutex
+		tallies  [outageUsers]map[string]*tally // per user, per route
+		problems []string
+	)
+	for u := range tallies {
+		tallies[u] = map[string]*tally{"/open": {}, "/closed": {}}
+	}
+	record := func(user int, route string, d service.Decision) {
+		mu.Lock()
+		defer mu.Unlock()
+		tl := tallies[user][route]
+		bad := func(format string, args ...any) {
+			if len(problems) < 20 {
+				problems = append(problems, fmt.Sprintf("user %d %s: ", user, route)+fmt.Sprintf(format, args...)+" "+describe(d))
+			}
+		}
+		if len(d.Limits) != 1 {
+			bad("want exactly one limit")
+			return
+		}
+		o := d.Limits[0]
+		switch {
+		case d.Unavailable:
+			tl.unavailable++
+			if route != "/closed" || d.Allowed || o.FailOpen {
+				bad("unavailable, want only fail-closed requests to be")
+			}
+		case o.FailOpen:
+			if route != "/open" || o.Limit != localShare {
+				bad("fail-open, want only fail-open requests to be, on a local budget of %d", localShare)
+			}
+			if d.Allowed {
+				tl.failOpenAllowed++
+			} else {
+				tl.failOpenDenied++
+			}
+		default:
+			if want := map[string]int64{"/open": 10, "/closed": 1000}[route]; o.Limit != want {
+				bad("decided by Redis with limit %d, want %d", o.Limit, want)
+			}
+			if d.Allowed {
+				tl.redisAllowed++
+			} else {
+				tl.redisDenied++
+			}
+		}
+	}
+	snapshot := func(fn func(user int, route string, tl tally) bool) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for u := range tallies {
+			for route, tl := range tallies[u] {
+				if !fn(u, route, *tl) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+
+	// Load: every goroutine cycles through the users and both routes until
+	// told to stop.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	loadErrs := make(chan error, outageGoroutines)
+	for g := range outageGoroutines {
+		wg.Go(func() {
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				user, route := i%outageUsers, [2]string{"/open", "/closed"}[(i/outageUsers)%2]
+				d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u" + strconv.Itoa(user), "route": route}})
+				if err != nil {
+					loadErrs <- err
+					return
+				}
+				record(user, route, d)
+			}
+		})
+	}
+	stopLoad := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	defer stopLoad()
+
+	// Phase 1: Redis decides.
+	eventually(t, 10*time.Second, "every user decided by Redis on both routes", func() bool {
+		return snapshot(func(_ int, _ string, tl tally) bool { return tl.redisAllowed+tl.redisDenied >= 3 })
+	})
+	if h := svc.Health(); h.Degraded || h.Breaker != "closed" {
+		t.Fatalf("Health() with Redis up = %+v", h)
+	}
+
+	// Phase 2: Redis stops under load.
+	srv.Stop()
+	eventually(t, 10*time.Second, "health degraded", func() bool { return svc.Health().Degraded })
+	eventually(t, 10*time.Second, "every user decided by the failure modes", func() bool {
+		return snapshot(func(_ int, route string, tl tally) bool {
+			if route == "/open" {
+				return tl.failOpenAllowed+tl.failOpenDenied >= localShare+3
+			}
+			return tl.unavailable >= 3
+		})
+	})
+	stopLoad()
+	select {
+	case err := <-loadErrs:
+		t.Fatalf("Check returned an error during the outage: %v (failures are decisions, not errors)", err)
+	default:
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	// Exactly the local share of each fail-open budget was admitted, then
+	// fail-open denials; every fail-closed request was unavailable.
+	snapshot(func(u int, route string, tl tally) bool {
+		if route == "/open" && (tl.failOpenAllowed != localShare || tl.failOpenDenied < 3) {
+			t.Errorf("user %d: %d fail-open allowed and %d denied, want exactly %d allowed, then denied", u, tl.failOpenAllowed, tl.failOpenDenied, localShare)
+		}
+		return true
+	})
+	d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u0", "route": "/open"}})
+	if o := d.Limits[0]; err != nil || d.Allowed || d.Unavailable || !o.FailOpen || o.Remaining != 0 || o.RetryAfter <= 0 {
+		t.Errorf("fail-open request after the local share: %s, %v; want denied, fail-open, with a retry-after", describe(d), err)
+	}
+	d, err = svc.Check(ctx, service.Request{Descriptors: D{"user": "u-new", "route": "/closed"}})
+	if err != nil || d.Allowed || !d.Unavailable || d.Limits[0].Name != "closed-limit" {
+		t.Errorf("fail-closed request: %s, %v; want unavailable", describe(d), err)
+	}
+	if h := svc.Health(); !h.Degraded || h.Breaker != "open" || h.Store != "redis" {
+		t.Errorf("Health() during the outage = %+v, want degraded with the breaker open", h)
+	}
+	var unavailable float64
+	snapshot(func(_ int, _ string, tl tally) bool { unavailable += float64(tl.unavailable); return true })
+	for _, m := range []struct {
+		name    string
+		labels  []string
+		want    float64
+		atLeast bool
+	}{
+		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_allowed"}, outageUsers * localShare, false},
+		{"tokenlimit_decisions_total", []string{"limit", "closed-limit", "result", "fail_closed"}, unavailable + 1, false},
+		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_denied"}, outageUsers*3 + 1, true},
+		{"tokenlimit_store_errors_total", nil, 3, true},
+		{"tokenlimit_breaker_state", nil, 2, false},
+	} {
+		got := metric(t, reg, m.name, m.labels...)
+		if got != m.want && !(m.atLeast && got > m.want) {
+			t.Errorf("%s%v = %v, want %v (at least: %v)", m.name, m.labels, got, m.want, m.atLeast)
+		}
+	}
+	// The breaker spares the dead store: with the clock frozen it stays open
+	// and no call reaches the store (no new store errors).
+	errorsBefore := metric(t, reg, "tokenlimit_store_errors_total")
+	for range 20 {
+		svc.Check(ctx, service.Request{Descriptors: D{"user": "u1", "route": "/open"}})
+	}
+	if got := metric(t, reg, "tokenlimit_store_errors_total"); got != errorsBefore {
+		t.Errorf("store errors went from %v to %v while the breaker was open", errorsBefore, got)
+	}
+
+	// Phase 3: Redis comes back (empty) on the same port; once the cooldown
+	// has passed the breaker lets a trial through and closes.
+	srv.Restart()
+	d, err = svc.Check(ctx, service.Request{Descriptors: D{"user": "u2", "route": "/closed"}})
+	if err != nil || !d.Unavailable || !svc.Health().Degraded {
+		t.Errorf("Redis back but the cooldown not over: %s, %v, %+v; want still unavailable and degraded", describe(d), err, svc.Health())
+	}
+	clk.Advance(breakerCooldown - time.Millisecond)
+	if d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u2", "route": "/closed"}}); err != nil || !d.Unavailable {
+		t.Errorf("a millisecond before the cooldown ends: %s, %v; want still unavailable", describe(d), err)
+	}
+	clk.Advance(time.Millisecond)
+	// The first call after the cooldown is the breaker's trial; should it
+	// fail (a client still reconnecting), the breaker reopens for another
+	// cooldown, so the clock moves on between tries.
+	eventually(t, 10*time.Second, "recovery after the cooldown", func() bool {
+		d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "probe", "route": "/closed"}})
+		if err == nil && !d.Unavailable && !svc.Health().Degraded {
+			return true
+		}
+		clk.Advance(breakerCooldown)
+		return false
+	})
+	if h := svc.Health(); h.Degraded || h.Breaker != "closed" {
+		t.Errorf("Health() after recovery = %+v", h)
+	}
+	if got := metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
+		t.Errorf("breaker state after recovery = %v, want 0", got)
+	}
+	// Decisions come from Redis again: the full capacity of 10, counted in
+	// the new server.
+	d, err = svc.Check(ctx, service.Request{Descriptors: D{"user": "u0", "route": "/open"}})
+	if o := d.Limits[0]; err != nil || !d.Allowed || o.FailOpen || o.Limit != 10 || o.Remaining != 9 {
+		t.Errorf("after recovery: %s, %v; want allowed by Redis with 9 of 10 left (the restarted server is empty)", describe(d), err)
+	}
+	if n, err := srv.Do("DBSIZE"); err != nil || n == "0" {
+		t.Errorf("DBSIZE after recovery = %q, %v; want the budgets in Redis", n, err)
+	}
+	d, err = svc.Check(ctx, service.Request{Descriptors: D{"user": "u1", "route": "/closed"}})
+	if err != nil || !d.Allowed || d.Unavailable || d.Limits[0].Limit != 1000 {
+		t.Errorf("fail-closed limit after recovery: %s, %v; want allowed by Redis", describe(d), err)
+	}
+
+	// No goroutine left: the service starts none of its own; the client's
+	// end when it is closed (while the server still runs, so that no
+	// connection ends by itself), and the server's when it stops.
+	closeClient()
+	eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the client is closed", withServer), func() bool {
+		return runtime.NumGoroutine() <= withServer
+	})
+	srv.Stop()
+	eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the server stopped", before), func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+// dialScripter connects one of the two Redis clients to addr, with the
+// clients' defaults (retries, pools) as a service would use them.
+func dialScripter(t *testing.T, client, addr string) (redisstore.Scripter, func()) {
+	t.Helper()
+	switch client {
+	case "go-redis":
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		var once sync.Once
+		closeFn := func() { once.Do(func() { c.Close() }) }
+		t.Cleanup(closeFn)
+		return goredisclient.New(c), closeFn
+	case "rueidis":
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		closeFn := func() { once.Do(c.Close) }
+		t.Cleanup(closeFn)
+		return rueidisclient.New(c), closeFn
+	}
+	t.Fatalf("unknown client %q", client)
+	return nil, nil
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
