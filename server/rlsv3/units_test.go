@@ -1,13 +1,19 @@
 package rlsv3
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"math"
 	"testing"
 	"time"
 
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -51,6 +57,39 @@ func TestCurrentLimitUnits(t *testing.T) {
 		if got.GetName() != "l" || got.GetRequestsPerUnit() != c.perUnit || got.GetUnit() != c.unit || got.GetUnitMultiplier().GetValue() != c.mult {
 			t.Errorf("%+v: got %d per %s x %d, want %d per %s x %d", c.policy,
 				got.GetRequestsPerUnit(), got.GetUnit(), got.GetUnitMultiplier().GetValue(), c.perUnit, c.unit, c.mult)
+		}
+	}
+}
+
+// BenchmarkHandler is ShouldRateLimit without gRPC: mapping the request,
+// the service's decision on the embedded store and building the response.
+// Compared with BenchmarkShouldRateLimit/serial it shows what gRPC costs.
+func BenchmarkHandler(b *testing.B) {
+	cfg, err := config.Load("../../examples/quickstart.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := service.New(cfg, service.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &server{svc: svc, log: slog.New(slog.DiscardHandler)}
+	const users = 10_000
+	reqs := make([]*rlspb.RateLimitRequest, users)
+	for i := range reqs {
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "llm", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{
+			{Key: "user", Value: fmt.Sprintf("user-%d", i)}, {Key: "route", Value: "/v1/chat"},
+		}}}}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.ShouldRateLimit(ctx, reqs[i%users]); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -1,0 +1,127 @@
+package rlsv3_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// BenchmarkShouldRateLimit measures ShouldRateLimit over loopback gRPC on
+// the embedded store with the quickstart limits and the real clock. Each
+// call is one descriptor {user, route: /v1/chat} of one of 10,000 users, so
+// nearly every call is admitted; client and server share the machine.
+//
+//   - serial: one call at a time, the latency of a lone caller (p50, p99);
+//   - parallel: 16 calls per core in flight on one connection, the
+//     throughput (calls/s) and the latency under that load;
+//   - parallel-workers: the same with grpc.NumStreamWorkers(GOMAXPROCS),
+//     which serves calls on long-lived goroutines instead of one new
+//     goroutine (and stack) per call.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, v := range []struct {
+		name     string
+		parallel bool
+		opts     []grpc.ServerOption
+	}{
+		{"serial", false, nil},
+		{"parallel", true, nil},
+		{"parallel-workers", true, []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			call := benchClient(b, v.opts...)
+			if !v.parallel {
+				lat := make([]time.Duration, 0, b.N)
+				for i := 0; b.Loop(); i++ {
+					lat = append(lat, call(b, i))
+				}
+				reportLatency(b, lat, b.Elapsed())
+				return
+			}
+			var (
+				mu  sync.Mutex
+				lat []time.Duration
+				seq int
+			)
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				mu.Lock()
+				seq++
+				i := seq * 7919 // goroutines start on different users
+				mu.Unlock()
+				var mine []time.Duration
+				for ; pb.Next(); i++ {
+					mine = append(mine, call(b, i))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			reportLatency(b, lat, b.Elapsed())
+		})
+	}
+}
+
+// benchClient serves the quickstart limits on the embedded store and
+// returns a function making call i, warmed up on every user.
+func benchClient(b *testing.B, opts ...grpc.ServerOption) func(b *testing.B, i int) time.Duration {
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := service.New(loadConfig(b, "../../examples/quickstart.yaml"), service.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := serve(b, svc, opts...)
+	const users = 10_000
+	reqs := make([]*rlspb.RateLimitRequest, users)
+	for i := range reqs {
+		reqs[i] = request("llm", desc("user", fmt.Sprintf("user-%d", i), "route", "/v1/chat"))
+	}
+	ctx := context.Background()
+	call := func(b *testing.B, i int) time.Duration {
+		start := time.Now()
+		resp, err := client.ShouldRateLimit(ctx, reqs[i%users])
+		took := time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.Statuses) != 1 {
+			b.Fatalf("%d statuses", len(resp.Statuses))
+		}
+		return took
+	}
+	for i := range users {
+		call(b, i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	return call
+}
+
+// reportLatency reports calls/s and the p50 and p99 latencies.
+func reportLatency(b *testing.B, lat []time.Duration, elapsed time.Duration) {
+	if len(lat) == 0 || elapsed <= 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
