@@ -1,0 +1,61 @@
+// Package cli is tokenlimit's command line: `serve` runs the service,
+// `validate` checks a configuration, and `check`, `inspect` and `reset` talk
+// to a running server. Run is the whole program, testable without a process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tokenlimit/tokenlimit/config"
+)
+
+// Run runs the command line args (without the program name), writing to
+// stdout and stderr, until the command ends or ctx is cancelled (a server
+// then shuts down gracefully).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := &cobra.Command{
+		Use:           "tokenlimit",
+		Short:         "A token-level rate limiter for API and LLM gateways",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(serveCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand())
+	return root.ExecuteContext(ctx)
+}
+
+func validateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check a configuration file; exit status 0 when it is valid",
+		Args:  exactArgs(1, "FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid, %d limits\n", args[0], len(cfg.Limits))
+			return nil
+		},
+	}
+}
+
+// exactArgs is cobra.ExactArgs with a message that names what is missing.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s: want %s, got %d arguments", cmd.Name(), names, len(args))
+		}
+		return nil
+	}
+}
+
+// errUsage marks a bad flag value; the message names the flag.
+var errUsage = errors.New("usage")

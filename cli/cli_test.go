@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"validate", "../examples/llm-gateway.yaml"}, &out, io.Discard); err != nil {
+		t.Fatalf("validate of a good file: %v", err)
+	}
+	if !strings.Contains(out.String(), "valid") {
+		t.Errorf("output %q, want it to say the file is valid", out.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("limits:\n  - name: x\n    algorithm: token_bucket\n    capacity: 10\n    refill: fast\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(context.Background(), []string{"validate", bad}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:5: limits[0].refill") {
+		t.Errorf("validate of a bad file: %v, want an error naming bad.yaml:5 and limits[0].refill", err)
+	}
+	if err := Run(context.Background(), []string{"validate"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "FILE") {
+		t.Errorf("validate with no file: %v, want an error asking for FILE", err)
+	}
+}
+
+func TestBadFlagsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--trusted-proxy", "not-a-cidr"}, "--trusted-proxy"},
+		{[]string{"serve", "--listen", "nonsense:port:x", "--grpc-listen", ""}, "--listen"},
+		{[]string{"serve", "--redis", "mysql://x"}, "--redis"},
+		{[]string{"check", "-d", "novalue"}, "--descriptor"},
+		{[]string{"serve", "--store-timeout", "soon"}, "store-timeout"},
+	} {
+		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// syncBuffer collects a server's log lines while the test reads them.
+type syncBuffer struct {
+	lines chan string
+	w     *io.PipeWriter
+}
+
+func newSyncBuffer() *syncBuffer {
+	r, w := io.Pipe()
+	b := &syncBuffer{lines: make(chan string, 100), w: w}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			b.lines <- sc.Text()
+		}
+		close(b.lines)
+	}()
+	return b
+}
+
+// addr waits for the log line with msg and returns its addr field.
+func (b *syncBuffer) addr(t *testing.T, msg string) string {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line, ok := <-b.lines:
+			if !ok {
+				t.Fatalf("the server stopped before logging %q", msg)
+			}
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+				return rec.Addr
+			}
+		case <-timeout:
+			t.Fatalf("no %q log line", msg)
+		}
+	}
+}
+
+func TestServeAnswersChecksAndShutsDown(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := newSyncBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--admin-token", "secret"}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	base := "http://" + logs.addr(t, "serving HTTP")
+	logs.addr(t, "serving gRPC (Envoy rate limit service v3)")
+
+	// The built-in quickstart: chat then three embeds empty the bucket.
+	for i, route := range []string{"/v1/chat", "/v1/embed", "/v1/embed", "/v1/embed", "/v1/embed"} {
+		var out bytes.Buffer
+		err := Run(context.Background(), []string{"check", "--server", base, "-d", "user=alice", "-d", "route=" + route}, &out, io.Discard)
+		if denied := i == 4; (err != nil) != denied {
+			t.Fatalf("check %d (%s): %v, want denied=%v; output %s", i, route, err, denied, out.String())
+		}
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"inspect", "--server", base, "--admin-token", "secret", "-d", "user=alice"}, &out, io.Discard); err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if !strings.Contains(out.String(), "llm-budget") {
+		t.Errorf("inspect output %s, want the llm-budget limit", out.String())
+	}
+	if err := Run(context.Background(), []string{"reset", "--server", base, "--admin-token", "secret", "-d", "user=alice"}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if err := Run(context.Background(), []string{"check", "--server", base, "-d", "user=alice", "-d", "route=/v1/embed"}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("check after reset: %v, want allowed", err)
+	}
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `tokenlimit_decisions_total{limit="llm-budget",result="denied"} 1`) {
+		t.Errorf("/metrics lacks the denial:\n%s", metrics)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("serve returned %v after shutdown", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+}

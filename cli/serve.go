@@ -1,0 +1,281 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/examples"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/server/httpapi"
+	"github.com/tokenlimit/tokenlimit/server/rlsv3"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// serveFlags are serve's options.
+type serveFlags struct {
+	config         string
+	listen         string
+	grpcListen     string
+	pprofListen    string
+	redis          string
+	adminToken     string
+	storeTimeout   time.Duration
+	maxKeys        int
+	trustedProxies []string
+	reloadEvery    time.Duration
+}
+
+func serveCommand() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the rate-limit service (HTTP API, Envoy RLS gRPC, metrics, dashboard)",
+		Long: `Run the rate-limit service. With no --redis it runs on the embedded
+in-memory store; with --redis every decision is one atomic Lua script on Redis.
+The configuration reloads on SIGHUP and when the file changes; a bad file is
+rejected and the running limits stay.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "configuration file (default: the built-in examples/quickstart.yaml)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address: API, /metrics, health, dashboard")
+	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
+	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
+	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel); empty: the embedded store")
+	fl.StringVar(&f.adminToken, "admin-token", os.Getenv("TOKENLIMIT_ADMIN_TOKEN"), "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
+	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
+	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed (repeatable)")
+	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
+	return cmd
+}
+
+func serve(ctx context.Context, f serveFlags, out io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(out, nil))
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return err
+	}
+	proxies, err := parsePrefixes(f.trustedProxies)
+	if err != nil {
+		return err
+	}
+	store, storeName, closeStore, err := openStore(f)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(cfg, service.Options{
+		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	handler, err := httpapi.New(svc, httpapi.Options{
+		AdminToken: f.adminToken, TrustedProxies: proxies, Logger: log,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	})
+	if err != nil {
+		return err
+	}
+	return run(ctx, log, f, svc, handler)
+}
+
+// run serves until ctx ends, then shuts everything down gracefully.
+func run(ctx context.Context, log *slog.Logger, f serveFlags, svc *service.Service, handler http.Handler) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	httpLn, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { cancel(ignoreClosed(httpSrv.Serve(httpLn))) }()
+	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "store", svc.Health().Store)
+
+	var grpcSrv *grpc.Server
+	if f.grpcListen != "" {
+		if grpcSrv, err = serveGRPC(f.grpcListen, svc, log, cancel); err != nil {
+			return err
+		}
+	}
+	if f.pprofListen != "" {
+		pprofSrv, err := servePprof(f.pprofListen, log, cancel)
+		if err != nil {
+			return err
+		}
+		defer pprofSrv.Close()
+	}
+	if f.config != "" {
+		go watchConfig(ctx, f.config, f.reloadEvery, svc)
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	err = httpSrv.Shutdown(shutdownCtx)
+	if grpcSrv != nil {
+		grpcSrv.GracefulStop()
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+func serveGRPC(addr string, svc *service.Service, log *slog.Logger, fail context.CancelCauseFunc) (*grpc.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
+	}
+	srv := grpc.NewServer()
+	if err := rlsv3.Register(srv, svc, rlsv3.Options{Logger: log}); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	go func() { fail(ignoreClosed(srv.Serve(ln))) }()
+	log.Info("serving gRPC (Envoy rate limit service v3)", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+func servePprof(addr string, log *slog.Logger, fail context.CancelCauseFunc) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { fail(ignoreClosed(srv.Serve(ln))) }()
+	log.Info("serving pprof", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Parse(examples.Quickstart, "examples/quickstart.yaml (built in)")
+	}
+	return config.Load(path)
+}
+
+func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-proxy %q: want a CIDR such as 10.0.0.0/8: %w", c, errUsage)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// openStore returns the embedded store, or a Redis store through rueidis
+// (see docs/dependencies.md for why rueidis).
+func openStore(f serveFlags) (tokenlimit.Store, string, func(), error) {
+	if f.redis == "" {
+		st, err := memstore.New(memstore.Options{MaxKeys: f.maxKeys})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("--max-keys: %w", err)
+		}
+		return st, "memory", func() {}, nil
+	}
+	opt, err := rueidis.ParseURL(f.redis)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--redis %q: %w", f.redis, err)
+	}
+	opt.DisableCache = true
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("--redis %q: %w", f.redis, err)
+	}
+	st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{})
+	if err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	return st, "redis", client.Close, nil
+}
+
+// watchConfig reloads the configuration on SIGHUP and, every interval, when
+// the file's size or modification time changed. A bad file is rejected and
+// the running limits stay.
+func watchConfig(ctx context.Context, path string, every time.Duration, svc *service.Service) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	last := fileStamp(path)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case <-tick:
+			if stamp := fileStamp(path); stamp == last {
+				continue
+			}
+		}
+		last = fileStamp(path)
+		if cfg, err := config.Load(path); err != nil {
+			svc.ReloadFailed(path, err)
+		} else {
+			svc.Reload(cfg)
+		}
+	}
+}
+
+type stamp struct {
+	size int64
+	mod  time.Time
+}
+
+func fileStamp(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	return stamp{fi.Size(), fi.ModTime()}
+}
