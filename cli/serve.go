@@ -226,7 +226,9 @@ func openStore(f serveFlags) (tokenlimit.Store, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("--redis %q: %w", f.redis, err)
 	}
-	st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{})
+	// On Cluster, a request's limits may lie in several slots: decide them
+	// slot by slot, refunding on a denial (see redisstore.Options.Cluster).
+	st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{Cluster: client.Mode() == rueidis.ClientModeCluster})
 	if err != nil {
 		client.Close()
 		return nil, "", nil, err

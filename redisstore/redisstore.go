@@ -46,6 +46,13 @@ type Options struct {
 	// Adjust instead of the Redis server's TIME. For tests that drive a fake
 	// clock; in production, server time keeps replicas consistent.
 	CallerTime bool
+	// Cluster makes a check whose keys lie in several Redis Cluster slots run
+	// one script per slot, in order, instead of failing with CROSSSLOT: if a
+	// slot's items deny, the slots already charged are refunded, so the check
+	// stays all or nothing, but another client may briefly see those charges.
+	// Keys that share a hash tag ("{tenant=acme}:...") share a slot and are
+	// decided in one atomic call. Adjustments run per slot too.
+	Cluster bool
 	// TTLPadding is added to every key's TTL. Keys always expire as soon as
 	// their state is empty; padding only matters when the caller's clock
 	// (CallerTime) runs ahead of or behind the server's.
@@ -54,13 +61,14 @@ type Options struct {
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client Scripter
-	prefix string
-	caller bool
-	padMs  string
-	check  script
-	adjust script
-	reset  script
+	client  Scripter
+	prefix  string
+	caller  bool
+	cluster bool
+	padMs   string
+	check   script
+	adjust  script
+	reset   script
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -77,21 +85,33 @@ func New(client Scripter, opts Options) (*Store, error) {
 		opts.Prefix = "rl:"
 	}
 	return &Store{
-		client: client,
-		prefix: opts.Prefix,
-		caller: opts.CallerTime,
-		padMs:  strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
-		check:  newScript(checkSource),
-		adjust: newScript(adjustSource),
-		reset:  newScript(resetSource),
+		client:  client,
+		prefix:  opts.Prefix,
+		caller:  opts.CallerTime,
+		cluster: opts.Cluster,
+		padMs:   strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
+		check:   newScript(checkSource),
+		adjust:  newScript(adjustSource),
+		reset:   newScript(resetSource),
 	}, nil
 }
 
-// Check implements tokenlimit.Store in one script call.
+// Check implements tokenlimit.Store in one script call, or, on Redis Cluster
+// with items in several slots, in one call per slot (see Options.Cluster).
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	if err := tokenlimit.ValidateItems(items, results); err != nil {
 		return now, fmt.Errorf("redisstore: %w", err)
 	}
+	if s.cluster {
+		if groups := s.slotGroups(items); len(groups) > 1 {
+			return s.checkGroups(ctx, now, items, results, groups)
+		}
+	}
+	return s.checkOnce(ctx, now, items, results)
+}
+
+// checkOnce runs the check script on items, which share a slot on Cluster.
+func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	keys, args := make([]string, 0, len(items)+1), s.header(now, 5*len(items))
 	for _, it := range items {
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
@@ -118,6 +138,14 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenli
 	if len(adjustments) == 0 {
 		return nil
 	}
+	if s.cluster {
+		return s.adjustBySlot(ctx, now, adjustments)
+	}
+	return s.adjustOnce(ctx, now, adjustments)
+}
+
+// adjustOnce runs the adjust script on adjustments that share a slot.
+func (s *Store) adjustOnce(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
 	keys, args := make([]string, 0, len(adjustments)+1), s.header(now, 6*len(adjustments))
 	for _, a := range adjustments {
 		keys = s.appendKeys(keys, a.Key, a.Limit.Algorithm)

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -124,6 +125,52 @@ func TestConformanceSentinel(t *testing.T) {
 			FlushScripts: func(t *testing.T) { flushScripts(t, master) },
 		}
 	})
+}
+
+// TestConformanceClusterAcrossSlots runs the suite with every hash tag
+// removed from the keys, so the limits of one check lie in different slots:
+// the store (Options.Cluster) decides slot by slot and refunds on a denial,
+// and must still pass every all-or-nothing case.
+func TestConformanceClusterAcrossSlots(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+				t.Cleanup(func() { c.Close() })
+				opts := callerTime(prefix)
+				opts.Cluster = true
+				return untagged{newStore(t, goredisclient.New(c), opts)}
+			},
+		}
+	})
+}
+
+// untagged is a store whose keys lose their hash tags: "{u}:plan" becomes
+// "(u):plan", still distinct from every other key but in a slot of its own.
+type untagged struct{ tokenlimit.Store }
+
+var untag = strings.NewReplacer("{", "(", "}", ")")
+
+func (u untagged) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	out := slices.Clone(items)
+	for i := range out {
+		out[i].Key = untag.Replace(out[i].Key)
+	}
+	return u.Store.Check(ctx, now, out, results)
+}
+
+func (u untagged) Adjust(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+	out := slices.Clone(adjustments)
+	for i := range out {
+		out[i].Key = untag.Replace(out[i].Key)
+	}
+	return u.Store.Adjust(ctx, now, out)
+}
+
+func (u untagged) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
+	return u.Store.Reset(ctx, untag.Replace(key), alg)
 }
 
 func assertEveryKeyHasTTL(t *testing.T, c *redis.Client, prefix string) {
@@ -291,5 +338,49 @@ func TestCrossSlotCheckOnClusterNamesTheHashTag(t *testing.T) {
 	_, err := st.Check(context.Background(), time.Now(), items, make([]tokenlimit.Result, 2))
 	if err == nil || !strings.Contains(err.Error(), "hash tag") {
 		t.Fatalf("error %v, want one that explains the keys need a common hash tag", err)
+	}
+}
+
+// TestClusterRefundsEarlierSlotsWhenALaterOneDenies: the first slot's limits
+// admit and are charged, the second slot's deny; the first are refunded, for
+// every algorithm, so that nothing stays charged.
+func TestClusterRefundsEarlierSlotsWhenALaterOneDenies(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	st := newStore(t, goredisclient.New(c), redisstore.Options{Prefix: newPrefix(), Cluster: true})
+	cap := tokenlimit.SlidingLogLimit(2, time.Minute)
+	full := []tokenlimit.Item{{Key: "late", Limit: cap, Cost: 2}}
+	if _, err := st.Check(ctx, time.Now(), full, make([]tokenlimit.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	items := []tokenlimit.Item{
+		{Key: "early-fw", Limit: tokenlimit.FixedWindowLimit(10, time.Hour), Cost: 4},
+		{Key: "early-sl", Limit: tokenlimit.SlidingLogLimit(10, time.Hour), Cost: 4},
+		{Key: "early-sc", Limit: tokenlimit.SlidingCounterLimit(10, time.Hour), Cost: 4},
+		{Key: "early-tb", Limit: tokenlimit.TokenBucketLimit(10, 1, time.Hour), Cost: 4},
+		{Key: "early-gcra", Limit: tokenlimit.GCRALimit(9, 1, time.Hour), Cost: 4},
+		{Key: "late", Limit: cap, Cost: 1},
+	}
+	results := make([]tokenlimit.Result, len(items))
+	if _, err := st.Check(ctx, time.Now(), items, results); err != nil {
+		t.Fatal(err)
+	}
+	if results[5].Allowed {
+		t.Fatalf("the full sliding log admitted: %+v", results[5])
+	}
+	for i, r := range results[:5] {
+		if !r.Allowed || r.Remaining != 10 {
+			t.Errorf("%s: %+v, want allowed alone and reported uncharged (10 left)", items[i].Key, r)
+		}
+		peek := []tokenlimit.Item{{Key: items[i].Key, Limit: items[i].Limit}}
+		got := make([]tokenlimit.Result, 1)
+		if _, err := st.Check(ctx, time.Now(), peek, got); err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Remaining != 10 {
+			t.Errorf("%s: %d left after the denied check, want 10 (refunded)", items[i].Key, got[0].Remaining)
+		}
 	}
 }
