@@ -247,8 +247,9 @@ func descriptorStatus(d service.Decision, policies []service.Policy, limits []in
 	return st
 }
 
-// Units of RateLimitResponse.RateLimit, longest first. Months and years
-// only describe calendar quotas: a fixed window of 30 days is DAY x 30.
+// Units of RateLimitResponse.RateLimit, longest first. MONTH only describes
+// calendar month quotas (a fixed window of 30 days is DAY x 30); WEEK, which
+// older Envoys do not know, and YEAR are not used.
 var units = []struct {
 	d    time.Duration
 	unit rlspb.RateLimitResponse_RateLimit_Unit
