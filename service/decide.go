@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -24,13 +25,17 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 			d.Limits = outcomes(p.enforced, td.Results, false)
 		}
 	}
-	if len(p.shadow) > 0 && d.Allowed {
-		td, failed, err := s.checkStore(ctx, p.shadow)
-		if err != nil {
-			return Decision{}, err
-		}
-		if !failed {
-			d.Limits = append(d.Limits, outcomes(p.shadow, td.Results, false)...)
+	if d.Allowed {
+		// Each shadow limit alone: one over its budget must not keep the
+		// others from being charged as they would be if enforced.
+		for _, c := range p.shadow {
+			td, failed, err := s.checkStore(ctx, []check{c})
+			if err != nil {
+				return Decision{}, err
+			}
+			if !failed {
+				d.Limits = append(d.Limits, outcomes([]check{c}, td.Results, false)...)
+			}
 		}
 	}
 	return d, nil
@@ -57,7 +62,8 @@ func items(checks []check) []tokenlimit.Item {
 
 // checkStore calls the store through the breaker and timeout. failed reports
 // a store failure (the caller applies failure modes); err is for invalid
-// input only.
+// input (matching ErrInvalidRequest) or a caller that gave up (its context's
+// error), neither of which says anything about the store.
 func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
 	d, _, failed, err = s.callStore(ctx, checks, false)
 	return d, failed, err
@@ -75,22 +81,31 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 	}
 	if !s.opts.Remote {
 		d, err = call(ctx)
-		if err != nil && !errors.Is(err, tokenlimit.ErrInvalid) {
+		switch {
+		case errors.Is(err, tokenlimit.ErrInvalid):
+			return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		case err != nil && ctx.Err() != nil:
+			return d, nil, false, ctx.Err()
+		case err != nil:
 			s.metrics.storeErrors.Inc()
 			s.log.Error("store failed", "error", err)
 			return d, nil, true, nil
 		}
-		return d, r, false, err
+		return d, r, false, nil
 	}
 	if !s.breaker.Allow() {
 		return d, nil, true, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
+	callCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 	defer cancel()
-	d, err = call(ctx)
-	if errors.Is(err, tokenlimit.ErrInvalid) {
+	d, err = call(callCtx)
+	switch {
+	case errors.Is(err, tokenlimit.ErrInvalid):
 		s.breaker.Done(nil)
-		return d, nil, false, err
+		return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	case err != nil && ctx.Err() != nil: // the caller gave up, not the store
+		s.breaker.Cancel()
+		return d, nil, false, ctx.Err()
 	}
 	s.breaker.Done(err)
 	if err != nil {

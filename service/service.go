@@ -146,11 +146,21 @@ type Health struct {
 	Degraded bool `json:"degraded"`
 }
 
-// Health returns the store's health.
+// Health returns the store's health. While the breaker is open and its
+// cooldown has passed, it probes the store itself (one peek), so that a
+// replica with no traffic still notices that Redis came back.
 func (s *Service) Health() Health {
+	if s.opts.Remote && s.breaker.State() != breaker.Closed && s.breaker.Allow() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+		peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
+		_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
+		cancel()
+		s.breaker.Done(err)
+	}
 	st := s.breaker.State()
 	return Health{Store: s.opts.StoreName, Breaker: st.String(), Degraded: st != breaker.Closed}
 }
+
 
 // Request is one set of descriptors to check, with the request's own cost.
 type Request struct {

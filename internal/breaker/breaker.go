@@ -81,6 +81,15 @@ func (b *Breaker) Done(err error) {
 	b.notify(state != before, state)
 }
 
+// Cancel records that a call Allow let through ended without saying
+// anything about the dependency (its caller gave up): it counts neither as
+// a success nor as a failure, and a half-open breaker may try again.
+func (b *Breaker) Cancel() {
+	b.mu.Lock()
+	b.trial = false
+	b.mu.Unlock()
+}
+
 // State returns the current state.
 func (b *Breaker) State() State {
 	b.mu.Lock()

@@ -1,0 +1,186 @@
+package service_test
+
+// Regression tests for bugs found while testing the service: multi-limit
+// checks on Redis Cluster, callers that give up, shadow limits charged one by
+// one, store validation errors as ErrInvalidRequest, and health recovering
+// without traffic.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// Each shadow limit must be a dry run of enforcing it: whether one shadow
+// limit is over its budget must not decide whether another is charged.
+func TestRegressionShadowLimitsAreChargedIndependently(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: enforced
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+  - name: shadow-tight
+    key: [user]
+    algorithm: fixed_window
+    limit: 1/h
+    shadow: true
+  - name: shadow-loose
+    key: [user]
+    algorithm: fixed_window
+    limit: 10/h
+    shadow: true
+`
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		for range 3 {
+			e.check(D{"user": "u"}, 1)
+		}
+		// Three requests were admitted: shadow-loose saw all three.
+		if got := e.remaining(D{"user": "u"}, "shadow-loose"); got != 7 {
+			t.Errorf("shadow-loose remaining after 3 admitted requests = %d, want 7 (shadow-tight's denial stopped its charge)", got)
+		}
+	})
+}
+
+// A request the service cannot check because of its own content must be
+// reported as ErrInvalidRequest (a 400), not as an internal error.
+func TestRegressionStoreValidationErrorsAreNotInvalidRequest(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: per-user
+    key: [user, tenant]
+    algorithm: fixed_window
+    limit: 100/h
+`
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		ctx := context.Background()
+		// Two values within the 256-byte cap whose escaped key exceeds
+		// tokenlimit.MaxKeyLength (1024).
+		long := strings.Repeat("|", 256)
+		_, err := e.svc.Check(ctx, service.Request{Descriptors: D{"user": long, "tenant": long}})
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("descriptors within the cap, key too long: %v; want a decision, or ErrInvalidRequest", err)
+		}
+		// Two requests selecting one budget.
+		r := service.Request{Descriptors: D{"user": "u", "tenant": "t"}}
+		_, err = e.svc.Check(ctx, r, r)
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("two requests on one budget: %v; want a decision, or ErrInvalidRequest", err)
+		}
+		// More than 32 budgets in one call.
+		var many []service.Request
+		for i := range 33 {
+			many = append(many, service.Request{Descriptors: D{"user": strings.Repeat("u", i+1), "tenant": "t"}})
+		}
+		_, err = e.svc.Check(ctx, many...)
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("33 budgets in one check: %v; want a decision, or ErrInvalidRequest", err)
+		}
+	})
+}
+
+// A caller giving up (its context cancelled: a client disconnecting) says
+// nothing about Redis: it must not count as a store failure, open the
+// breaker and put every other caller on the failure modes.
+func TestRegressionCancelledCallersOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: closed
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) { o.BreakerThreshold = 3 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		e.svc.Check(ctx, service.Request{Descriptors: D{"user": "gone"}})
+	}
+	if h := e.svc.Health(); h.Degraded {
+		t.Errorf("Health() after 3 cancelled callers = %+v, want not degraded: Redis is fine", h)
+	}
+	d := e.check(D{"user": "other"}, 1)
+	if !d.Allowed || d.Unavailable {
+		t.Errorf("a healthy caller after 3 cancelled ones: %s, want allowed by Redis", describe(d))
+	}
+	if got := metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+		t.Errorf("store errors = %v, want 0", got)
+	}
+}
+
+// Health must not stay degraded forever once the store is back: with no
+// traffic nothing ever tries the store again (a readiness probe that takes
+// the replica out of rotation while degraded would keep it out for good).
+func TestRegressionHealthRecoversWithoutTraffic(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: closed
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) {
+		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, time.Second, 50*time.Millisecond
+	})
+	e.redis.Stop()
+	if d := e.check(D{"user": "u"}, 1); !d.Unavailable || !e.svc.Health().Degraded {
+		t.Fatalf("Redis down: %s, %+v", describe(d), e.svc.Health())
+	}
+	e.redis.Restart()
+	e.clock.Advance(time.Minute)
+	if h := e.svc.Health(); h.Degraded {
+		t.Errorf("Health() a minute (fake) after Redis came back, no traffic = %+v, want recovered (or a probe of its own)", h)
+	}
+}
+
+// On Redis Cluster, the limits one request selects must be checked in one
+// atomic script: their keys need a shared hash tag (S4, S7).
+func TestRegressionMultiLimitCheckOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: per-user
+    key: [user]
+    algorithm: token_bucket
+    capacity: 10
+    refill: 1/s
+    failure_mode: closed
+  - name: per-model
+    key: [user, model]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(goredisclient.New(c), redisstore.Options{Prefix: "cl:", CallerTime: true, TTLPadding: time.Hour, Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "memory", yml, t0, func(o *service.Options) {
+		o.Store, o.Remote, o.StoreName, o.StoreTimeout = st, true, "redis", 10*time.Second
+	})
+	d := e.check(D{"user": "alice", "model": "gpt-4o"}, 1)
+	if !d.Allowed || d.Unavailable {
+		t.Errorf("a request selecting 2 limits on Redis Cluster: %s; want allowed by Redis (store errors: %v)",
+			describe(d), metric(t, e.reg, "tokenlimit_store_errors_total"))
+	}
+}
