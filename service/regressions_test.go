@@ -22,7 +22,7 @@ import (
 
 // Each shadow limit must be a dry run of enforcing it: whether one shadow
 // limit is over its budget must not decide whether another is charged.
-func TestRegressionShadowLimitsAreChargedIndependently(t *testing.T) {
+func TestShadowLimitsAreChargedIndependently(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
@@ -55,7 +55,7 @@ limits:
 
 // A request the service cannot check because of its own content must be
 // reported as ErrInvalidRequest (a 400), not as an internal error.
-func TestRegressionStoreValidationErrorsAreNotInvalidRequest(t *testing.T) {
+func TestStoreValidationErrorsAreInvalidRequests(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
@@ -95,7 +95,7 @@ limits:
 // A caller giving up (its context cancelled: a client disconnecting) says
 // nothing about Redis: it must not count as a store failure, open the
 // breaker and put every other caller on the failure modes.
-func TestRegressionCancelledCallersOpenTheBreaker(t *testing.T) {
+func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
@@ -126,7 +126,7 @@ limits:
 // Health must not stay degraded forever once the store is back: with no
 // traffic nothing ever tries the store again (a readiness probe that takes
 // the replica out of rotation while degraded would keep it out for good).
-func TestRegressionHealthRecoversWithoutTraffic(t *testing.T) {
+func TestHealthRecoversWithoutTraffic(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
@@ -152,7 +152,7 @@ limits:
 
 // On Redis Cluster, the limits one request selects must be checked in one
 // atomic script: their keys need a shared hash tag (S4, S7).
-func TestRegressionMultiLimitCheckOnRedisCluster(t *testing.T) {
+func TestMultiLimitCheckOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
