@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -66,12 +67,38 @@ type builder struct {
 	source string
 	root   *yaml.Node
 	errs   []error
+	// typeFailed holds the paths whose values had the wrong type, so that
+	// no second error claims they are missing.
+	typeFailed map[string]bool
 }
 
 // fail records an error at the node found by path (a mix of map keys and
 // list indexes), or at the closest ancestor that exists.
 func (b *builder) fail(path []any, format string, args ...any) {
-	b.errs = append(b.errs, fmt.Errorf("%s:%d: %s: %s", b.source, b.line(path), pathString(path), fmt.Sprintf(format, args...)))
+	where := fmt.Sprintf("%s:%d: ", b.source, b.line(path))
+	if len(path) > 0 {
+		where += pathString(path) + ": "
+	}
+	b.errs = append(b.errs, errors.New(where+fmt.Sprintf(format, args...)))
+}
+
+// keysInOrder returns the keys of the mapping at path in file order, so that
+// errors about a map's entries come out in a stable, readable order.
+func (b *builder) keysInOrder(path []any) []string {
+	n := b.root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, p := range path {
+		if n = child(n, p); n == nil {
+			return nil
+		}
+	}
+	var keys []string
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		keys = append(keys, n.Content[i].Value)
+	}
+	return keys
 }
 
 func (b *builder) line(path []any) int {
@@ -178,11 +205,11 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 		b.fail(at(path, "name"), "want 1-63 lowercase letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", r.Name)
 	}
 	l.Match = map[string]Pattern{}
-	for d, v := range r.Match {
-		if v == "" {
+	for _, d := range b.keysInOrder(at(path, "match")) {
+		if r.Match[d] == "" {
 			b.fail(at(path, "match", d), "empty value: use \"*\" to match any value")
 		}
-		l.Match[d] = Pattern(v)
+		l.Match[d] = Pattern(r.Match[d])
 	}
 	for i, d := range r.Key {
 		if d == "" || slices.Index(r.Key, d) != i {
@@ -275,6 +302,17 @@ type rawParams struct {
 // that exactly the right ones are given.
 func (b *builder) params(path []any, alg tokenlimit.Algorithm, p rawParams) tokenlimit.Limit {
 	given := map[string]bool{"limit": p.limit != "", "capacity": p.capacity != 0, "refill": p.refill != "", "rate": p.rate != "", "max_burst": p.maxBurst != nil}
+	for f := range given {
+		given[f] = given[f] || b.typeFailed[pathString(at(path, f))]
+	}
+	if p.capacity < 0 {
+		b.fail(at(path, "capacity"), "want a positive whole number, got %d", p.capacity)
+		return tokenlimit.Limit{}
+	}
+	if p.maxBurst != nil && *p.maxBurst < 0 {
+		b.fail(at(path, "max_burst"), "must not be negative, got %d", *p.maxBurst)
+		return tokenlimit.Limit{}
+	}
 	var want []string
 	var l tokenlimit.Limit
 	switch alg {
@@ -359,15 +397,20 @@ func (b *builder) cost(path []any, n *yaml.Node) Cost {
 			Weights map[string]int64 `yaml:"weights"`
 			Default int64            `yaml:"default"`
 		}
-		if err := decodeStrict(n, &raw); err != nil {
-			b.fail(path, "%v", err)
+		for _, k := range b.keysInOrder(path) {
+			if k != "by" && k != "weights" && k != "default" {
+				b.fail(at(path, k), "unknown field (want by, weights and default)")
+			}
+		}
+		if err := n.Decode(&raw); err != nil {
+			b.fail(path, "want {by: descriptor, weights: {value: cost}, default: cost}")
 			return Cost{}
 		}
 		if raw.By == "" {
 			b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
 		}
-		for v, w := range raw.Weights {
-			if w <= 0 || w > tokenlimit.MaxCost {
+		for _, v := range b.keysInOrder(at(path, "weights")) {
+			if w := raw.Weights[v]; w <= 0 || w > tokenlimit.MaxCost {
 				b.fail(at(path, "weights", v), "want a positive whole number, got %d", w)
 			}
 		}
@@ -381,20 +424,6 @@ func (b *builder) cost(path []any, n *yaml.Node) Cost {
 	}
 	b.fail(path, "want a positive whole number, \"request\" or {by, weights, default}")
 	return Cost{}
-}
-
-// decodeStrict decodes a mapping node, refusing keys v does not have.
-func decodeStrict(n *yaml.Node, v any) error {
-	data, err := yaml.Marshal(n)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%s", unknownField.ReplaceAllString(yamlLine.ReplaceAllString(err.Error(), ""), `unknown field "$2"`))
-	}
-	return nil
 }
 
 // plans turns each plan's daily and monthly token quotas into calendar
@@ -451,7 +480,8 @@ func (b *builder) apiKey(path []any, k rawAPIKey, plans map[string]rawPlan, limi
 			b.fail(at(path, "plan"), "no plan named %q under plans", k.Plan)
 		}
 	}
-	for name, o := range k.Overrides {
+	for _, name := range b.keysInOrder(at(path, "overrides")) {
+		o := k.Overrides[name]
 		i := slices.IndexFunc(limits, func(l Limit) bool { return l.Name == name })
 		if i < 0 {
 			b.fail(at(path, "overrides", name), "no limit named %q", name)
@@ -469,4 +499,107 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+var (
+	unknownFieldMsg = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+	wrongTypeMsg    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`(.*)` )?into (\\S+)$")
+)
+
+// typeErrors reports the YAML decoder's unknown fields and wrong types with
+// their paths, in the form of every other error.
+func (b *builder) typeErrors(te *yaml.TypeError) {
+	for _, msg := range te.Errors {
+		if m := unknownFieldMsg.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			path := b.pathAt(line, func(key, _ *yaml.Node) bool { return key.Value == m[2] }, true)
+			b.fail(path, "unknown field")
+			continue
+		}
+		if m := wrongTypeMsg.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			path := b.pathAt(line, func(_, value *yaml.Node) bool { return value.Line == line && kindName(value) == m[2] }, false)
+			b.typeFailed[pathString(path)] = true
+			got := kindWords[m[2]]
+			if m[3] != "" {
+				got = strconv.Quote(m[3])
+			}
+			b.fail(path, "want %s, got %s", goTypeWords(m[4]), got)
+			continue
+		}
+		b.errs = append(b.errs, fmt.Errorf("%s: %s", b.source, msg))
+	}
+}
+
+// pathAt finds the entry at line that match accepts (by its key, or its
+// value) and returns its path; key reports whether the key's line counts.
+func (b *builder) pathAt(line int, match func(key, value *yaml.Node) bool, key bool) []any {
+	n := b.root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	var found []any
+	var walk func(n *yaml.Node, path []any) bool
+	walk = func(n *yaml.Node, path []any) bool {
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := at(path, k.Value)
+				if ((key && k.Line == line) || (!key && v.Line == line)) && match(k, v) {
+					found = p
+					return true
+				}
+				if walk(v, p) {
+					return true
+				}
+			}
+		case yaml.SequenceNode:
+			for i, v := range n.Content {
+				if !key && v.Line == line && match(nil, v) {
+					found = at(path, i)
+					return true
+				}
+				if walk(v, at(path, i)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	walk(n, nil)
+	return found
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "map"
+	case yaml.SequenceNode:
+		return "seq"
+	}
+	return strings.TrimPrefix(n.ShortTag(), "!!")
+}
+
+var kindWords = map[string]string{"map": "a mapping", "seq": "a list", "str": "a string", "int": "a number", "float": "a number", "bool": "true or false", "null": "nothing"}
+
+// goTypeWords says in words what a Go type of the raw configuration wants.
+func goTypeWords(t string) string {
+	switch {
+	case t == "[]config.rawLimit":
+		return "a list of limits"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "config.raw"):
+		return "a mapping"
+	case strings.HasPrefix(t, "int"), t == "*int64":
+		return "a whole number"
+	case strings.HasPrefix(t, "float"), t == "*float64":
+		return "a number"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	}
+	return t
 }

@@ -140,14 +140,14 @@ func Parse(data []byte, source string) (*Config, error) {
 	var raw rawFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	b := builder{source: source, root: &root}
+	b := builder{source: source, root: &root, typeFailed: map[string]bool{}}
 	if err := dec.Decode(&raw); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
 			return nil, yamlError(source, err)
 		}
 		// Unknown fields and wrong types: report them with everything else.
-		b.errs = append(b.errs, yamlError(source, err))
+		b.typeErrors(te)
 	}
 	cfg := b.build(&raw)
 	if len(b.errs) > 0 {
@@ -157,24 +157,23 @@ func Parse(data []byte, source string) (*Config, error) {
 	return cfg, nil
 }
 
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type \S+`)
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
-// yamlError rewrites the YAML library's messages as file:line: reason.
+// yamlError rewrites a YAML syntax error as file:line: reason. The parser's
+// "did not find expected ..." errors count lines from 0; they are shifted.
 func yamlError(source string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]error, len(te.Errors))
-		for i, m := range te.Errors {
-			m = unknownField.ReplaceAllString(m, `line $1: unknown field "$2"`)
-			msgs[i] = errors.New(yamlLine.ReplaceAllString(m, source+":$1: "))
-		}
-		return errors.Join(msgs...)
-	}
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%s: the file is empty", source)
 	}
-	return errors.New(yamlLine.ReplaceAllString(err.Error(), source+":$1: "))
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Errorf("%s: %s", source, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	line, _ := strconv.Atoi(m[1])
+	if strings.HasPrefix(m[2], "did not find expected") {
+		line++
+	}
+	return fmt.Errorf("%s:%d: %s", source, line, m[2])
 }
 
 // ParseRate reads "N/period" such as "10/s", "100000/min", "5/5s", "2/1h30m".
