@@ -1,0 +1,484 @@
+// tokenlimit dashboard. It only draws what the server answers: every
+// decision shown was taken by the engine (see docs/dashboard.md).
+'use strict';
+(() => {
+  const $ = (sel) => document.querySelector(sel);
+  const $$ = (sel) => Array.from(document.querySelectorAll(sel));
+
+  // el builds an element; `text` sets its text, other keys are attributes.
+  function el(tag, attrs = {}, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    e.append(...kids);
+    return e;
+  }
+  function svg(tag, attrs = {}) {
+    const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+    return e;
+  }
+
+  // api calls a JSON endpoint: GET without body, POST with one. It throws
+  // the server's error message.
+  async function api(path, body, headers = {}) {
+    const init = body === undefined ? {} : {
+      method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body),
+    };
+    const res = await fetch(path, init);
+    let data = {};
+    try { data = await res.json(); } catch (e) { /* not JSON */ }
+    if (!res.ok) {
+      const err = data.error || {};
+      throw new Error((err.field ? err.field + ': ' : '') + (err.message || res.status + ' ' + res.statusText));
+    }
+    return data;
+  }
+
+  function say(id, msg, isError) {
+    const s = $(id);
+    s.textContent = msg || '';
+    s.classList.toggle('error', !!isError);
+  }
+  // guard runs an action, showing its failure (or its message) in a status line.
+  async function guard(id, fn) {
+    try { say(id, await fn()); } catch (e) { say(id, e.message, true); }
+  }
+
+  const secs = (ms) => (ms / 1000).toFixed(2) + ' s';
+  const num = (v) => Number(v).toLocaleString('en-US');
+  function dur(ms) {
+    if (ms < 1000) return ms + ' ms';
+    if (ms < 120000) return +(ms / 1000).toFixed(1) + ' s';
+    if (ms < 7200000) return +(ms / 60000).toFixed(1) + ' min';
+    if (ms < 172800000) return +(ms / 3600000).toFixed(1) + ' h';
+    return +(ms / 86400000).toFixed(1) + ' days';
+  }
+  const int = (id) => Math.round(Number($(id).value));
+  const ms = (id) => Math.round(Number($(id).value) * 1000);
+
+  // lines draws series of values as polylines scaled to the svg's viewBox.
+  function lines(box, series, n, top) {
+    const W = 600, H = 160;
+    const peak = Math.max(1, top || 0, ...series.flatMap((s) => s.values));
+    const kids = [0.25, 0.5, 0.75].map((f) => svg('line', { class: 'grid-line', x1: 0, x2: W, y1: H * f, y2: H * f }));
+    for (const s of series) {
+      const pts = s.values.map((v, i) => `${(i * W / Math.max(1, n - 1)).toFixed(1)},${(H - 4 - v / peak * (H - 12)).toFixed(1)}`);
+      kids.push(svg('polyline', { class: s.cls, points: pts.join(' ') }));
+    }
+    box.replaceChildren(...kids);
+    return peak;
+  }
+
+  // ---- Overview: live counts from /ui/api/overview/stream --------------
+  const overview = (() => {
+    const groups = {
+      allowed: ['allowed'], denied: ['denied'], shadow: ['shadow_denied'],
+      failopen: ['fail_open_allowed', 'fail_open_denied'], failclosed: ['fail_closed'],
+    };
+    let data = null, stream = null, timer = 0;
+
+    // merge adds an update (the last few seconds) to the window held.
+    function merge(u) {
+      if (!data || !data.live || !u.live || u.seconds >= data.seconds) { data = u; return; }
+      const n = data.seconds, from = u.from + u.seconds - n;
+      const pick = (old, fresh) => Array.from({ length: n }, (_, i) => {
+        const s = from + i, j = s - u.from, k = s - data.from;
+        if (j >= 0 && j < u.seconds) return fresh[j];
+        return old && k >= 0 && k < n ? old[k] : 0;
+      });
+      const old = new Map(data.limits.map((l) => [l.name, l]));
+      const fresh = new Map(u.limits.map((l) => [l.name, l]));
+      const names = u.limits.map((l) => l.name).concat(data.limits.map((l) => l.name).filter((x) => !fresh.has(x)));
+      const limits = names.map((name) => {
+        const o = old.get(name), f = fresh.get(name), counts = {};
+        for (const r of Object.keys((f || o).counts)) {
+          counts[r] = pick(o && o.counts[r], f ? f.counts[r] : new Array(u.seconds).fill(0));
+        }
+        return { name, counts };
+      }).filter((l) => fresh.has(l.name) || Object.values(l.counts).some((c) => c.some((v) => v)));
+      data = { ...u, from, seconds: n, limits, checks: pick(data.checks, u.checks), latency_us: pick(data.latency_us, u.latency_us) };
+    }
+
+    const total = (l, g, i0, i1) => {
+      let s = 0;
+      for (const k of groups[g]) for (let i = i0; i < i1; i++) s += l.counts[k][i] || 0;
+      return s;
+    };
+
+    function renderHealth() {
+      const h = data.health, c = data.config, r = c.last_reload;
+      $('#ov-store').textContent = h.store === 'memory' ? 'Embedded, in memory' : h.store === 'redis' ? 'Redis' : h.store;
+      const cls = h.breaker === 'closed' ? 'badge' : h.breaker === 'open' ? 'badge bad' : 'badge warn';
+      $('#ov-breaker').replaceChildren('circuit breaker ', el('span', { class: cls, text: h.breaker }),
+        h.degraded ? ' degraded: limits follow their failure mode' : '');
+      $('#ov-version').textContent = 'version ' + c.version;
+      let reload = data.live ? 'no reload since the start' : '';
+      if (r) {
+        const at = new Date(r.at_ms).toLocaleTimeString();
+        reload = r.ok ? `reloaded at ${at}` : `reload at ${at} rejected, kept version ${r.version}: ${r.error}`;
+        reload += ` (${c.reloads_ok} loaded, ${c.reloads_failed} rejected)`;
+      }
+      $('#ov-reload').textContent = reload;
+    }
+
+    function renderSelect() {
+      const sel = $('#ov-limit'), names = data.limits.map((l) => l.name);
+      const have = Array.from(sel.options).slice(1).map((o) => o.value);
+      if (have.join('\n') === names.join('\n')) return;
+      const keep = sel.value;
+      sel.replaceChildren(el('option', { value: '', text: 'All limits' }), ...names.map((x) => el('option', { value: x, text: x })));
+      sel.value = names.includes(keep) ? keep : '';
+    }
+
+    function renderTable(last) {
+      const rows = data.limits.map((l) => {
+        const cells = ['allowed', 'denied', 'shadow', 'failopen', 'failclosed'].map((g) =>
+          el('td', { class: 'num', 'data-limit': l.name, 'data-col': g, text: num(total(l, g, 0, data.seconds)) }));
+        const now = Object.keys(groups).reduce((a, g) => a + total(l, g, last, last + 1), 0);
+        return el('tr', {}, el('th', { scope: 'row', text: l.name }), ...cells,
+          el('td', { class: 'num', 'data-limit': l.name, 'data-col': 'last', text: num(now) }));
+      });
+      $('#ov-table tbody').replaceChildren(...rows);
+    }
+
+    function render() {
+      renderHealth();
+      $('#ov-off').hidden = data.live;
+      $('#ov-live').hidden = !data.live;
+      if (!data.live) { $('#ov-rate').textContent = 'n/a'; return; }
+      const last = data.seconds - 2; // the last whole second
+      $('#ov-rate').textContent = num(data.checks[last] || 0) + ' checks';
+      $('#ov-latency').textContent = data.checks[last] ? `mean decision time ${num(data.latency_us[last])} µs` : 'no checks in the last second';
+      renderSelect();
+      const pick = $('#ov-limit').value;
+      const ls = data.limits.filter((l) => !pick || l.name === pick);
+      const series = ['allowed', 'denied', 'shadow', 'failopen'].map((g) => ({
+        cls: 'l-' + g, values: Array.from({ length: data.seconds }, (_, i) => ls.reduce((a, l) => a + total(l, g, i, i + 1), 0)),
+      }));
+      const peak = lines($('#ov-chart'), series, data.seconds);
+      $('#ov-peak').textContent = `scale: 0 to ${num(peak)} decisions per second`;
+      renderTable(last);
+    }
+
+    function update(u) {
+      merge(u);
+      render();
+      say('#ov-status', '');
+    }
+    function poll() {
+      if (timer) return;
+      const tick = () => api('/ui/api/overview').then(update).catch((e) => say('#ov-status', e.message, true));
+      tick();
+      timer = setInterval(tick, 2000);
+    }
+    function show() {
+      if (stream || timer) return;
+      if (!window.EventSource) { poll(); return; }
+      stream = new EventSource('/ui/api/overview/stream');
+      stream.addEventListener('overview', (ev) => update(JSON.parse(ev.data)));
+      stream.onerror = () => {
+        if (stream && stream.readyState === EventSource.CLOSED) { stream = null; poll(); } else say('#ov-status', 'Reconnecting…');
+      };
+    }
+    function hide() {
+      if (stream) stream.close();
+      stream = null;
+      clearInterval(timer);
+      timer = 0;
+    }
+    $('#ov-limit').addEventListener('change', () => data && render());
+    return { show, hide };
+  })();
+
+  // ---- Limits ------------------------------------------------------------
+  function budget(l) {
+    const per = dur(l.period_ms);
+    if (l.calendar) return `${num(l.quota)} per calendar ${l.calendar}`;
+    switch (l.algorithm) {
+      case 'token_bucket': return `${num(l.burst || l.quota)} tokens, refilling ${num(l.quota)} per ${per}`;
+      case 'gcra': return `${num(l.quota)} per ${per}, bursts of ${num(l.burst || l.quota)}`;
+      case 'concurrency': return `${num(l.quota)} in flight (lease ${per})`;
+      default: return `${num(l.quota)} per ${per}`;
+    }
+  }
+  let limitsCache = null;
+  async function loadLimits() {
+    limitsCache = await api('/ui/api/limits');
+    return limitsCache;
+  }
+  const limitsPage = {
+    show: () => guard('#lim-status', async () => {
+      const d = await loadLimits();
+      $('#lim-version').textContent = `Configuration version ${d.config_version}.`;
+      $('#lim-table tbody').replaceChildren(...d.limits.map((l) => {
+        const match = Object.entries(l.match || {});
+        const key = l.key.length ? l.name + '|' + l.key.map((k) => `${k}=<${k}>`).join('|') : l.name + ' (one budget for all)';
+        return el('tr', {},
+          el('th', { scope: 'row' }, l.name, l.shadow ? ' ' : '', l.shadow ? el('span', { class: 'badge warn', text: 'shadow' }) : ''),
+          el('td', { text: match.length ? match.map(([k, v]) => `${k} = ${v}`).join(', ') : 'every request' }),
+          el('td', {}, el('code', { text: key })),
+          el('td', { text: l.algorithm }),
+          el('td', { text: budget(l) }),
+          el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost }),
+          el('td', { text: l.fail_open ? 'fail open: allow, counted locally' : 'fail closed: answer 503' }));
+      }));
+      return d.limits.length ? '' : 'No limits are configured.';
+    }),
+  };
+
+  // ---- Key inspector -------------------------------------------------------
+  const inspector = (() => {
+    function descriptors() {
+      const d = {};
+      for (const i of $$('#ins-form [data-desc]')) if (i.value.trim()) d[i.dataset.desc] = i.value.trim();
+      for (const line of $('#ins-extra').value.split('\n')) {
+        const eq = line.indexOf('=');
+        if (eq > 0) d[line.slice(0, eq).trim()] = line.slice(eq + 1).trim();
+      }
+      return d;
+    }
+    const auth = () => ({ Authorization: 'Bearer ' + $('#ins-token').value });
+
+    function stateCell(s) {
+      const share = s.limit ? s.remaining / s.limit : 0;
+      const bar = el('span', { class: 'meter', 'aria-hidden': 'true' }, el('span'));
+      bar.firstChild.style.width = (100 * share).toFixed(1) + '%';
+      const text = s.level !== undefined
+        ? `${s.level.toFixed(2)} of ${num(s.limit)} tokens`
+        : s.algorithm === 'concurrency' ? `${num(s.used)} of ${num(s.limit)} in flight` : `${num(s.used)} of ${num(s.limit)} used`;
+      return el('td', { 'data-remaining': s.remaining }, `${text}, ${num(s.remaining)} left`, bar);
+    }
+
+    async function inspect() {
+      const d = await api('/ui/api/inspect', { descriptors: descriptors() }, auth());
+      const table = $('#ins-table');
+      table.hidden = !d.limits.length;
+      table.tBodies[0].replaceChildren(...d.limits.map((s) => el('tr', { 'data-limit': s.name },
+        el('th', { scope: 'row' }, s.name, s.shadow ? ' (shadow)' : ''),
+        el('td', {}, el('code', { text: s.key })),
+        el('td', { text: s.policy }),
+        stateCell(s),
+        el('td', { text: s.reset_after_ms ? dur(s.reset_after_ms) : 'whole now' }))));
+      return d.limits.length ? `Inspected at ${new Date(d.at_ms).toLocaleTimeString()}; nothing was charged.` : 'No limit selects these descriptors.';
+    }
+    async function reset() {
+      const d = await api('/ui/api/reset', { descriptors: descriptors(), limit: $('#ins-limit').value }, auth());
+      await inspect();
+      return d.reset.length ? `Reset ${d.reset.length} budget${d.reset.length > 1 ? 's' : ''}: ${d.reset.join(', ')}` : 'No budget matched.';
+    }
+    $('#ins-form').addEventListener('submit', (ev) => { ev.preventDefault(); guard('#ins-status', inspect); });
+    $('#ins-reset').addEventListener('click', () => guard('#ins-status', reset));
+    return {
+      show: () => guard('#ins-status', async () => {
+        const d = limitsCache || await loadLimits();
+        const sel = $('#ins-limit'), keep = sel.value;
+        sel.replaceChildren(el('option', { value: '', text: 'every budget' }), ...d.limits.map((l) => el('option', { value: l.name, text: l.name })));
+        sel.value = keep;
+        return '';
+      }),
+    };
+  })();
+
+  // ---- Simulators: one sandbox session for the page ------------------------
+  const sim = { session: '' };
+
+  // simulator wires a simulator page: call(action, extra) posts to its
+  // endpoint and renders the answer, dropping answers older than the one
+  // shown.
+  function simulator(path, statusId, params, render) {
+    let sent = 0, shown = 0;
+    const s = { state: null, at: 0 };
+    s.call = (action, extra = {}) => guard(statusId, async () => {
+      const seq = ++sent;
+      const a = await api(path, { session: sim.session, action, ...params(), ...extra });
+      sim.session = a.session;
+      if (seq < shown) return '';
+      shown = seq;
+      s.state = a;
+      s.at = performance.now();
+      render(a, action);
+      return '';
+    });
+    return s;
+  }
+  const serverNow = (s) => s.state.now_ms + (performance.now() - s.at);
+
+  function logItem(e, t0, what) {
+    const verdict = e.allowed ? 'ALLOW' : 'DENY';
+    let detail = e.allowed ? ` · ${num(e.remaining)} left` : ` · retry after ${secs(e.retry_after_ms)}`;
+    if (e.cost_exceeds_limit) detail = ' · costs more than the limit can ever admit';
+    return el('li', { class: e.allowed ? 'allow' : 'deny', 'data-allowed': e.allowed, 'data-retry-ms': e.retry_after_ms },
+      `#${e.n} ${what}`, el('span', { class: e.allowed ? 'verdict-allow' : 'verdict-deny', text: verdict }),
+      ` at t+${((e.at_ms - t0) / 1000).toFixed(2)} s${detail}`);
+  }
+
+  // ---- Sliding window --------------------------------------------------------
+  const windowSim = (() => {
+    let frame = 0, timer = 0, t0 = null;
+    const params = () => ({ limit: int('#win-limit'), window_ms: ms('#win-window') });
+    const s = simulator('/ui/api/sim/window', '#win-status', params, (a, action) => {
+      if (action === 'reset' || !a.log.length) t0 = null;
+      if (a.log.length && t0 === null) t0 = a.log[0].at_ms;
+      $('#win-count').textContent = `${a.limit - a.remaining}/${a.limit}`;
+      $('#win-from').textContent = `now − ${dur(params().window_ms)}`;
+      $('#win-log').replaceChildren(...a.log.slice().reverse().map((e) => logItem(e, t0, '')));
+      draw();
+    });
+    // draw places the window's requests on the track, moving as time passes.
+    function draw() {
+      cancelAnimationFrame(frame);
+      frame = 0;
+      if (!s.state) return;
+      const w = params().window_ms, now = serverNow(s);
+      const inside = s.state.log.filter((e) => e.at_ms > now - w);
+      $('#win-track').replaceChildren(...inside.map((e) => {
+        const d = el('span', { class: e.allowed ? 'dot' : 'dot deny', title: `#${e.n} ${e.allowed ? 'allowed' : 'denied'}` });
+        d.style.left = (100 * (e.at_ms - (now - w)) / w).toFixed(2) + '%';
+        return d;
+      }));
+      if (inside.length && !$('#page-window').hidden) frame = requestAnimationFrame(draw);
+    }
+    $('#win-send').addEventListener('click', () => s.call('send'));
+    $('#win-reset').addEventListener('click', () => s.call('reset'));
+    for (const id of ['#win-limit', '#win-window']) $(id).addEventListener('change', () => s.call('peek'));
+    return {
+      show() {
+        s.call('peek');
+        // Requests leave the window as time passes: refresh the count.
+        timer = setInterval(() => { if (s.state && s.state.remaining < s.state.limit) s.call('peek'); }, 500);
+      },
+      hide() { clearInterval(timer); cancelAnimationFrame(frame); },
+    };
+  })();
+
+  // ---- Token bucket ------------------------------------------------------------
+  const bucketSim = (() => {
+    let timer = 0, t0 = null;
+    const params = () => ({ capacity: int('#bkt-capacity'), refill: int('#bkt-refill'), per_ms: ms('#bkt-per') });
+    const s = simulator('/ui/api/sim/bucket', '#bkt-status', params, (a, action) => {
+      if (action === 'reset' || !a.log.length) t0 = null;
+      if (a.log.length && t0 === null) t0 = a.log[0].at_ms;
+      const level = a.level;
+      $('#bkt-level').textContent = `${level.toFixed(2)} / ${a.limit}`;
+      $('#bkt-fill').style.height = (100 * level / a.limit).toFixed(2) + '%';
+      const g = $('#bkt-gauge');
+      g.setAttribute('aria-valuemax', a.limit);
+      g.setAttribute('aria-valuenow', level.toFixed(2));
+      $('#bkt-full').textContent = a.reset_after_ms ? `full in ${secs(a.reset_after_ms)}` : 'full';
+      $('#bkt-log').replaceChildren(...a.log.slice().reverse().map((e) => logItem(e, t0, `${e.kind} (cost ${e.cost}): `)));
+    });
+    const send = (kind, costId) => s.call('send', { kind, cost: int(costId) });
+    $('#bkt-chat').addEventListener('click', () => send('Chat', '#bkt-chat-cost'));
+    $('#bkt-embed').addEventListener('click', () => send('Embed', '#bkt-embed-cost'));
+    $('#bkt-reset').addEventListener('click', () => s.call('reset'));
+    for (const id of ['#bkt-capacity', '#bkt-refill', '#bkt-per']) $(id).addEventListener('change', () => s.call('peek'));
+    const labels = () => {
+      $('#bkt-chat').textContent = `Chat (cost ${int('#bkt-chat-cost')})`;
+      $('#bkt-embed').textContent = `Embed (cost ${int('#bkt-embed-cost')})`;
+    };
+    for (const id of ['#bkt-chat-cost', '#bkt-embed-cost']) $(id).addEventListener('input', labels);
+    labels();
+    return {
+      show() {
+        s.call('peek');
+        // The gauge refills live: peek (cost 0) while the bucket is not full.
+        timer = setInterval(() => { if (s.state && s.state.reset_after_ms > 0) s.call('peek'); }, 250);
+      },
+      hide() { clearInterval(timer); },
+    };
+  })();
+
+  // ---- The race ----------------------------------------------------------------
+  const race = (() => {
+    let ran = false;
+    function panel(id, r, a) {
+      const p = $(id), over = r.admitted - a.limit;
+      p.dataset.admitted = r.admitted;
+      const v = p.querySelector('.verdict');
+      v.textContent = `${r.admitted} admitted, limit ${a.limit}`;
+      v.className = 'big verdict ' + (over > 0 ? 'verdict-deny' : 'verdict-allow');
+      const waves = new Set(r.requests.map((q) => q.wave)).size;
+      p.querySelector('.explain').textContent = over > 0
+        ? `Over-admitted by ${over}: in each wave the replicas' reads crossed, so every request saw room before any increment landed.`
+        : `Exactly ${r.admitted === a.limit ? 'the limit' : 'the requests sent'}: each check read and charged in one step (${waves} wave${waves > 1 ? 's' : ''}).`;
+      p.querySelector('.chips').replaceChildren(...r.requests.map((q, i) => el('li', {
+        class: q.allowed ? 'allow' : 'deny', title: `replica ${q.replica}, wave ${q.wave}: saw ${q.saw} left, ${q.allowed ? 'admitted' : 'denied'}`,
+        'aria-label': `request ${i + 1} from replica ${q.replica}: ${q.allowed ? 'admitted' : 'denied'}`, text: `${q.replica}${i + 1}`,
+      })));
+    }
+    const run = () => guard('#race-status', async () => {
+      ran = true;
+      const a = await api('/ui/api/sim/race', { requests: int('#race-requests'), limit: int('#race-limit'), in_flight: int('#race-inflight') });
+      panel('#race-naive', a.naive, a);
+      panel('#race-atomic', a.atomic, a);
+      return `${a.requests} requests from replicas A and B, ${a.in_flight} in flight each.`;
+    });
+    $('#race-form').addEventListener('submit', (ev) => { ev.preventDefault(); run(); });
+    return { show() { if (!ran) run(); } };
+  })();
+
+  // ---- Five algorithms ---------------------------------------------------------
+  const compare = (() => {
+    let ran = false;
+    const names = { fixed_window: 'Fixed window', sliding_log: 'Sliding log', sliding_counter: 'Sliding counter', token_bucket: 'Token bucket', gcra: 'GCRA' };
+    function chart(a, run) {
+      const W = 600, x = (t) => (t / a.duration_ms * W).toFixed(1);
+      const top = Math.max(...a.requests.map((r) => r.cost));
+      const kids = [svg('line', { class: 'grid-line', x1: 0, x2: W, y1: 100, y2: 100 })];
+      for (let k = 1; k * a.window_ms < a.duration_ms; k++) kids.push(svg('line', { class: 'boundary', x1: x(k * a.window_ms), x2: x(k * a.window_ms), y1: 0, y2: 140 }));
+      a.requests.forEach((r, i) => {
+        const h = 8 + 28 * r.cost / top, ok = run.decisions[i].allowed;
+        kids.push(svg('rect', { class: ok ? 'bar-allow' : 'bar-deny', x: x(r.t_ms), width: 2.5, y: ok ? 100 - h : 101, height: h }));
+      });
+      const pts = run.samples.map((p) => `${x(p.t_ms)},${(56 - 50 * p.remaining / a.limit).toFixed(1)}`);
+      kids.push(svg('polyline', { class: 'l-remaining', points: pts.join(' ') }));
+      const box = svg('svg', { viewBox: '0 0 600 140', preserveAspectRatio: 'none', role: 'img', 'aria-label': `${names[run.algorithm]}: decisions over time` });
+      box.append(...kids);
+      return el('figure', { class: 'chart' }, box);
+    }
+    function card(a, run) {
+      const burst = run.max_in_window > a.limit;
+      return el('div', { class: 'card', 'data-algorithm': run.algorithm, 'data-admitted': run.admitted_requests, 'data-max-in-window': run.max_in_window },
+        el('h2', { text: names[run.algorithm] || run.algorithm }),
+        el('p', { class: 'small' }, el('code', { text: run.policy })),
+        el('p', {}, `Admitted ${run.admitted_requests} of ${a.requests.length} requests (cost ${run.admitted_cost}). Most in any ${dur(a.window_ms)}: `,
+          el('strong', { class: burst ? 'verdict-deny' : '', text: `${run.max_in_window}` }), burst ? ` (more than the limit, ${a.limit})` : ''),
+        chart(a, run));
+    }
+    const run = () => guard('#cmp-status', async () => {
+      ran = true;
+      const a = await api('/ui/api/sim/compare', { pattern: $('#cmp-pattern').value, limit: int('#cmp-limit'), window_ms: ms('#cmp-window') });
+      $('#cmp-grid').replaceChildren(...a.algorithms.map((r) => card(a, r)));
+      return `${a.requests.length} requests over ${dur(a.duration_ms)}, the same for every algorithm.`;
+    });
+    $('#cmp-form').addEventListener('submit', (ev) => { ev.preventDefault(); run(); });
+    $('#cmp-pattern').addEventListener('change', run);
+    return { show() { if (!ran) run(); } };
+  })();
+
+  // ---- Pages -----------------------------------------------------------------------
+  const pages = { overview, limits: limitsPage, inspector, window: windowSim, bucket: bucketSim, race, compare };
+  let current = null;
+  function route() {
+    let name = location.hash.slice(1);
+    if (!(name in pages)) name = 'overview';
+    if (name === current) return;
+    if (current && pages[current].hide) pages[current].hide();
+    const first = current === null;
+    current = name;
+    for (const n of Object.keys(pages)) $('#page-' + n).hidden = n !== name;
+    for (const a of $$('.top a')) {
+      if (a.getAttribute('href') === '#' + name) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
+    document.title = `${$('#h-' + name).textContent} · tokenlimit`;
+    if (!first) $('#main').focus({ preventScroll: true });
+    if (pages[name].show) pages[name].show();
+  }
+  window.addEventListener('hashchange', route);
+  route();
+})();

@@ -1,0 +1,134 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// inspectBody is the body of /ui/api/inspect and /ui/api/reset: the
+// descriptors that select the budgets, and for a reset optionally the one
+// limit to reset.
+type inspectBody struct {
+	Descriptors map[string]string `json:"descriptors"`
+	Limit       string            `json:"limit"`
+}
+
+// stateBody is one budget's live state.
+type stateBody struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	// Algorithm is the configured one, or "concurrency" for a limit on
+	// requests in flight; Policy describes the engine limit applied, such
+	// as "token_bucket 2/1s burst 10" (api key overrides and calendar
+	// windows included).
+	Algorithm string `json:"algorithm"`
+	Policy    string `json:"policy"`
+	Shadow    bool   `json:"shadow"`
+	Limit     int64  `json:"limit"`
+	Remaining int64  `json:"remaining"`
+	// Used is Limit - Remaining: the cost counted in the window, the
+	// bucket's missing tokens, or the reservations in flight.
+	Used int64 `json:"used"`
+	// Level is a bucket's exact content in tokens (fractions included).
+	Level *float64 `json:"level,omitempty"`
+	// ResetAfterMs is how long until the budget is whole again; an idle
+	// key expires then.
+	ResetAfterMs int64 `json:"reset_after_ms"`
+}
+
+// inspect serves POST /ui/api/inspect: the live state of every budget the
+// descriptors select, charging nothing (service.Service.Inspect).
+func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
+	var b inspectBody
+	if err := decode(w, r, &b); err != nil {
+		fail(w, err)
+		return
+	}
+	if b.Limit != "" {
+		fail(w, invalid("limit", "inspect takes only descriptors"))
+		return
+	}
+	dec, err := d.svc.Inspect(r.Context(), service.Request{Descriptors: b.Descriptors})
+	if err != nil {
+		serviceError(w, err)
+		return
+	}
+	infos := map[string]service.LimitInfo{}
+	for _, l := range d.svc.Limits() {
+		infos[l.Name] = l
+	}
+	out := make([]stateBody, len(dec.Limits))
+	for i, o := range dec.Limits {
+		out[i] = d.state(o, infos[o.Name], b.Descriptors)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		AtMs   int64       `json:"at_ms"`
+		Limits []stateBody `json:"limits"`
+	}{dec.At.UnixMilli(), out})
+}
+
+func (d *dashboard) state(o service.Outcome, info service.LimitInfo, desc map[string]string) stateBody {
+	s := stateBody{
+		Name: o.Name, Key: o.Key, Algorithm: info.Algorithm, Shadow: o.Shadow,
+		Limit: o.Limit, Remaining: o.Remaining, Used: o.Limit - o.Remaining, ResetAfterMs: millis(o.ResetAfter),
+	}
+	if l, ok := d.svc.LimitFor(o.Name, desc); ok {
+		s.Policy = l.String()
+		if level, ok := bucketLevel(l, o.Result); ok {
+			s.Level = &level
+		}
+	}
+	return s
+}
+
+// bucketLevel is the exact number of tokens in a token bucket or GCRA
+// budget, from what the engine answered: its capacity less the tokens that
+// the time until it is full (ResetAfter) would refill.
+func bucketLevel(l tokenlimit.Limit, r tokenlimit.Result) (float64, bool) {
+	if l.Algorithm != tokenlimit.TokenBucket && l.Algorithm != tokenlimit.GCRA {
+		return 0, false
+	}
+	num, den := l.Interval() // µs per token = num/den
+	missing := float64(r.ResetAfter.Microseconds()) * float64(den) / float64(num)
+	return min(max(float64(l.Capacity())-missing, 0), float64(l.Capacity())), true
+}
+
+// reset serves POST /ui/api/reset: the budgets the descriptors select, or
+// only the named limit's, are made whole (service.Service.Reset).
+func (d *dashboard) reset(w http.ResponseWriter, r *http.Request) {
+	var b inspectBody
+	if err := decode(w, r, &b); err != nil {
+		fail(w, err)
+		return
+	}
+	if b.Limit != "" {
+		if _, ok := d.svc.LimitFor(b.Limit, b.Descriptors); !ok {
+			writeError(w, http.StatusNotFound, "limit", "no limit named "+b.Limit)
+			return
+		}
+	}
+	keys, err := d.svc.Reset(r.Context(), service.Request{Descriptors: b.Descriptors}, b.Limit)
+	if err != nil {
+		serviceError(w, err)
+		return
+	}
+	if keys == nil {
+		keys = []string{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Reset []string `json:"reset"`
+	}{keys})
+}
+
+// serviceError answers an error of the service: 400 for an invalid
+// request, 503 when the store failed.
+func serviceError(w http.ResponseWriter, err error) {
+	if errors.Is(err, service.ErrInvalidRequest) {
+		writeError(w, http.StatusBadRequest, "descriptors", err.Error())
+		return
+	}
+	writeError(w, http.StatusServiceUnavailable, "", "the store is failing: "+err.Error())
+}
