@@ -86,10 +86,13 @@ type overviewAnswer struct {
 			Error   string
 		} `json:"last_reload"`
 	}
-	Live      bool
-	From      int64
-	Seconds   int
-	Limits    []struct{ Name string; Counts map[string][]int64 }
+	Live    bool
+	From    int64
+	Seconds int
+	Limits  []struct {
+		Name   string
+		Counts map[string][]int64
+	}
 	Checks    []int64
 	LatencyUs []int64 `json:"latency_us"`
 }
