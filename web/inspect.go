@@ -91,9 +91,10 @@ func bucketLevel(l tokenlimit.Limit, r tokenlimit.Result) (float64, bool) {
 	if l.Algorithm != tokenlimit.TokenBucket && l.Algorithm != tokenlimit.GCRA {
 		return 0, false
 	}
+	// In units of 1/den µs, exact: capacity×num ≤ tokenlimit.MaxBucketSpan.
 	num, den := l.Interval() // µs per token = num/den
-	missing := float64(r.ResetAfter.Microseconds()) * float64(den) / float64(num)
-	return min(max(float64(l.Capacity())-missing, 0), float64(l.Capacity())), true
+	left := l.Capacity()*num - r.ResetAfter.Microseconds()*den
+	return float64(min(max(left, 0), l.Capacity()*num)) / float64(num), true
 }
 
 // reset serves POST /ui/api/reset: the budgets the descriptors select, or
