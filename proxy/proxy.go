@@ -1,0 +1,459 @@
+// Package proxy is an OpenAI-compatible reverse proxy that enforces
+// tokenlimit's limits on LLM calls, counted in the tokens they really
+// consume (SPEC S14):
+//
+//  1. Before forwarding, it counts the prompt with an offline BPE tokenizer,
+//     adds the most the reply may use (max_tokens, or a default), and
+//     reserves that estimate on every limit the request selects, all or
+//     nothing, taking a slot of its concurrency limits too.
+//  2. A denied request gets 429 with an OpenAI-style body, Retry-After and
+//     OpenAI's x-ratelimit-* headers; the upstream never sees it.
+//  3. An admitted request is forwarded (streams pass through unbuffered)
+//     and its reservation is settled to the usage the upstream reports:
+//     before the response headers go out for a plain response, at the end
+//     for a stream. A failed upstream call is refunded; a stream cut short
+//     is charged the prompt and the tokens forwarded so far.
+//
+// Paths other than the four LLM APIs (chat completions, completions,
+// embeddings, responses) pass through under request-count and concurrency
+// limits only.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// UnknownKeys says what the proxy does with an api key the configuration
+// does not list under api_keys (or with no key at all).
+type UnknownKeys uint8
+
+const (
+	// RejectUnknownKeys answers 401 invalid_api_key.
+	RejectUnknownKeys UnknownKeys = iota
+	// DefaultPlanForUnknownKeys admits the request under the
+	// configuration's default_plan, its budgets keyed by the key it
+	// presents (AnonymousKey when it presents none).
+	DefaultPlanForUnknownKeys
+)
+
+// AnonymousKey is the api_key descriptor of a request that carries no key,
+// under DefaultPlanForUnknownKeys.
+const AnonymousKey = "anonymous"
+
+// Defaults of Options.
+const (
+	DefaultMaxTokens        = 4096
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultMaxResponseBytes = 256 << 20
+	DefaultSettleTimeout    = 5 * time.Second
+)
+
+// Options configures a Proxy. Upstream is required; the zero value of every
+// other field takes the default its comment names.
+type Options struct {
+	// Upstream is the OpenAI-compatible API to forward to, such as
+	// https://api.openai.com. A request's path is appended to Upstream's
+	// path, so clients of a proxy in front of https://api.openai.com use
+	// base URL http://proxy/v1.
+	Upstream *url.URL
+	// Transport makes the upstream calls. Default: a clone of
+	// http.DefaultTransport whose ResponseHeaderTimeout is 10 minutes.
+	Transport http.RoundTripper
+	// UpstreamAPIKey, when set, replaces the client's Authorization with
+	// "Bearer UpstreamAPIKey": clients then hold keys of the proxy's own
+	// configuration, and only the proxy holds the upstream's key.
+	UpstreamAPIKey string
+	// UnknownKeys says what to do with keys missing from api_keys.
+	UnknownKeys UnknownKeys
+	// TrustedProxies are the peers whose X-Forwarded-For is believed when
+	// finding the client's ip. Empty: the connection's address is the ip.
+	TrustedProxies []netip.Prefix
+	// DefaultMaxTokens is the reply budget reserved for a request that sets
+	// no max_tokens (max_completion_tokens, max_output_tokens); it is capped
+	// so that prompt plus reply fit the smallest token limit the request
+	// selects. Default 4096.
+	DefaultMaxTokens int64
+	// MaxBodyBytes bounds a request body the proxy reads to count it
+	// (413 above). Default 32 MiB.
+	MaxBodyBytes int64
+	// MaxResponseBytes bounds a non-streamed response the proxy reads to
+	// find its usage; a larger one passes through and settles at the
+	// estimate. Default 256 MiB.
+	MaxResponseBytes int64
+	// SettleTimeout bounds settling a reservation once the call is over.
+	// Default 5s.
+	SettleTimeout time.Duration
+	// Tokenizer counts tokens; NewTokenizer() when nil.
+	Tokenizer *Tokenizer
+	// Logger receives the proxy's logs; slog.Default() when nil. Api keys
+	// are logged redacted.
+	Logger *slog.Logger
+	// OnSettle, if set, is called after each admitted request's
+	// reservation is settled, for metrics and tests. It must not block.
+	OnSettle func(Settlement)
+}
+
+// Basis says how a settlement's actual cost was found.
+type Basis string
+
+// The bases of a settlement.
+const (
+	// ByUsage: the usage the upstream reported.
+	ByUsage Basis = "usage"
+	// ByCount: no usage was reported (the stream was cut, the client left,
+	// or the upstream does not report it): the counted prompt plus the
+	// tokens of the content forwarded to the client.
+	ByCount Basis = "counted"
+	// Refunded: the upstream failed (an error status, a timeout, a refused
+	// connection): no tokens are charged.
+	Refunded Basis = "refunded"
+	// AtEstimate: the response was too large to read for its usage; the
+	// estimate stands.
+	AtEstimate Basis = "estimate"
+	// Released: a passthrough request ended; its slots were released and
+	// its request counts stand.
+	Released Basis = "released"
+)
+
+// Settlement reports how one admitted request was settled.
+type Settlement struct {
+	// RequestID is the proxy's id of the request (header
+	// X-Tokenlimit-Request-Id).
+	RequestID string
+	// Kind and Model describe the call.
+	Kind  Kind
+	Model string
+	// Reserved is the estimate that was reserved, in tokens; Actual the
+	// tokens it was settled to.
+	Reserved, Actual int64
+	// Basis says how Actual was found.
+	Basis Basis
+	// Err is the store's error if the settlement failed (the estimate then
+	// stands, and concurrency slots come back when their leases end).
+	Err error
+}
+
+// Proxy is an http.Handler forwarding to an OpenAI-compatible upstream under
+// a service's limits. It is safe for concurrent use.
+type Proxy struct {
+	svc  *service.Service
+	opts Options
+	tok  *Tokenizer
+	log  *slog.Logger
+	rp   *httputil.ReverseProxy
+}
+
+// New returns a proxy enforcing svc's limits in front of opts.Upstream.
+func New(svc *service.Service, opts Options) (*Proxy, error) {
+	if svc == nil {
+		return nil, errors.New("proxy: New needs a service")
+	}
+	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
+		return nil, fmt.Errorf("proxy: the upstream must be an http or https URL, got %v", opts.Upstream)
+	}
+	if opts.UnknownKeys > DefaultPlanForUnknownKeys {
+		return nil, fmt.Errorf("proxy: unknown UnknownKeys policy %d", opts.UnknownKeys)
+	}
+	opts = withDefaults(opts)
+	p := &Proxy{svc: svc, opts: opts, tok: opts.Tokenizer, log: opts.Logger}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamFailed,
+		Transport:      opts.Transport,
+		ErrorLog:       slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.Transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 10 * time.Minute
+		o.Transport = t
+	}
+	if o.DefaultMaxTokens <= 0 {
+		o.DefaultMaxTokens = DefaultMaxTokens
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = DefaultSettleTimeout
+	}
+	if o.Tokenizer == nil {
+		o.Tokenizer = NewTokenizer()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// call is one request's state, from reservation to settlement.
+type call struct {
+	id       string
+	kind     Kind
+	est      Estimate
+	req      service.Request
+	decision service.Decision
+	hold     *service.Hold
+	body     []byte // the body to forward; nil for a passthrough
+	injected bool   // stream_options.include_usage was added for the proxy
+	once     sync.Once
+}
+
+type callKey struct{}
+
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+// ServeHTTP identifies the caller, estimates and reserves the request's
+// cost, and forwards it if every limit admits it.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := &call{id: newID(), kind: KindOf(r.Method, r.URL.Path)}
+	w.Header().Set("X-Tokenlimit-Request-Id", c.id)
+	key, ok := p.identify(w, r)
+	if !ok {
+		return
+	}
+	if c.kind != Passthrough && !p.readCall(w, r, c) {
+		return
+	}
+	c.req = service.Request{Descriptors: map[string]string{"api_key": key, "ip": p.clientIP(r), "route": r.URL.Path}}
+	if c.est.Model != "" {
+		c.req.Descriptors["model"] = c.est.Model
+	}
+	if !p.reserve(w, r, c) {
+		return
+	}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
+}
+
+// identify returns the request's api key, or answers 401 and returns false.
+func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key, hasKey := bearer(r)
+	if hasKey && p.svc.KnownAPIKey(key) {
+		return key, true
+	}
+	if p.opts.UnknownKeys == DefaultPlanForUnknownKeys {
+		if !hasKey {
+			return AnonymousKey, true
+		}
+		return key, true
+	}
+	msg := "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY)."
+	if hasKey {
+		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", Redact(key))
+	}
+	p.log.Info("unknown api key", "key", Redact(key), "path", r.URL.Path)
+	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", msg)
+	return "", false
+}
+
+// bearer returns the token of an "Authorization: Bearer" header.
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// Redact shortens an api key for logs and messages: its first 3 and last 4
+// characters ("sk-...wxyz"), or "***" for a key of fewer than 12.
+func Redact(key string) string {
+	if len(key) < 12 {
+		return "***"
+	}
+	return key[:3] + "..." + key[len(key)-4:]
+}
+
+// readCall reads and estimates an LLM call's body, or answers 400/413 and
+// returns false.
+func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			fmt.Sprintf("The request body is larger than this proxy accepts (%d bytes).", p.opts.MaxBodyBytes))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body could not be read: "+err.Error())
+		return false
+	}
+	c.est, err = p.tok.estimate(c.kind, body, p.opts.DefaultMaxTokens)
+	var bad *errBadBody
+	switch {
+	case errors.As(err, &bad):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+bad.reason)
+		return false
+	case err != nil:
+		p.log.Error("tokenizer failed", "error", err)
+		writeError(w, http.StatusInternalServerError, "server_error", "tokenizer_failed", "The proxy could not count the request's tokens.")
+		return false
+	}
+	c.body = body
+	if c.est.Stream && !c.est.IncludeUsage && (c.kind == Chat || c.kind == Completions) {
+		if c.body, err = withIncludeUsage(body); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+err.Error())
+			return false
+		}
+		c.injected = true
+	}
+	return true
+}
+
+// reserve caps a default reply budget, reserves the estimate, and answers
+// 400, 429 or 503 when the request may not go on.
+func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
+	opts := service.HoldOptions{ID: c.id}
+	if c.kind == Passthrough {
+		opts.Units = []service.Unit{service.Requests, service.InFlight}
+	} else {
+		if !c.est.CompletionSet && c.est.Completion > 0 {
+			c.est.Completion = p.capCompletion(c)
+		}
+		c.req.Cost = max(c.est.Total(), 1)
+	}
+	d, hold, err := p.svc.ReserveHold(r.Context(), c.req, opts)
+	switch {
+	case errors.Is(err, service.ErrInvalidRequest):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		return false
+	case err != nil:
+		p.log.Error("reserve failed", "error", err, "request_id", c.id)
+		writeError(w, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
+		return false
+	case d.Unavailable:
+		p.log.Warn("rate limiting unavailable", "request_id", c.id, "key", Redact(c.req.Descriptors["api_key"]))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
+			"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.")
+		return false
+	case !d.Allowed:
+		p.deny(w, c, d)
+		return false
+	}
+	c.decision, c.hold = d, hold
+	return true
+}
+
+// capCompletion returns the default reply budget, capped so that prompt and
+// reply fit the smallest token budget the request selects.
+func (p *Proxy) capCompletion(c *call) int64 {
+	sel, err := p.svc.Select(service.Request{Descriptors: c.req.Descriptors, Cost: 1})
+	if err != nil {
+		return c.est.Completion // Reserve reports the error
+	}
+	completion := c.est.Completion
+	for _, s := range sel {
+		if s.Unit == service.Tokens && !s.Shadow {
+			completion = min(completion, max(0, s.Limit.Capacity()-c.est.Prompt))
+		}
+	}
+	return completion
+}
+
+// clientIP returns the connection's address, or, when it is a trusted
+// proxy, the rightmost X-Forwarded-For address that is not.
+func (p *Proxy) clientIP(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	ip := ap.Addr().Unmap()
+	if !p.trusted(ip) {
+		return ip.String()
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		ip = a.Unmap()
+		if !p.trusted(ip) {
+			break
+		}
+	}
+	return ip.String()
+}
+
+func (p *Proxy) trusted(ip netip.Addr) bool {
+	for _, pre := range p.opts.TrustedProxies {
+		if pre.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// rewrite points the outbound request at the upstream, with the body the
+// proxy read (and perhaps rewrote).
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	c := callOf(pr.In.Context())
+	pr.SetURL(p.opts.Upstream)
+	if p.opts.UpstreamAPIKey != "" {
+		pr.Out.Header.Set("Authorization", "Bearer "+p.opts.UpstreamAPIKey)
+	}
+	if c == nil || c.body == nil {
+		return
+	}
+	pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
+	pr.Out.ContentLength = int64(len(c.body))
+	// Let the transport negotiate compression and undo it, so that the
+	// proxy reads the usage of plain text.
+	pr.Out.Header.Del("Accept-Encoding")
+}
+
+// settle settles c once, with actual tokens found by basis, and reports it.
+func (p *Proxy) settle(c *call, actual int64, basis Basis) {
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
+		defer cancel()
+		err := c.hold.Settle(ctx, actual)
+		if err != nil {
+			p.log.Error("settle failed; the estimate stands", "request_id", c.id, "error", err)
+		}
+		p.log.Debug("settled", "request_id", c.id, "kind", c.kind.String(), "model", c.est.Model,
+			"reserved", c.req.Cost, "actual", actual, "basis", string(basis))
+		if p.opts.OnSettle != nil {
+			reserved := c.est.Total()
+			if c.kind == Passthrough {
+				reserved = 0
+			}
+			p.opts.OnSettle(Settlement{RequestID: c.id, Kind: c.kind, Model: c.est.Model,
+				Reserved: reserved, Actual: actual, Basis: basis, Err: err})
+		}
+	})
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

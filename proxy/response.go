@@ -1,0 +1,236 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// usage is the usage an upstream reports: prompt/completion/total tokens
+// for chat, completions and embeddings; input/output tokens for the
+// Responses API.
+type usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+}
+
+// total is what the call consumed: input_tokens + output_tokens when the
+// Responses API reports them, else total_tokens, else prompt + completion.
+func (u usage) total() int64 {
+	switch {
+	case u.InputTokens+u.OutputTokens > 0:
+		return u.InputTokens + u.OutputTokens
+	case u.TotalTokens > 0:
+		return u.TotalTokens
+	}
+	return u.PromptTokens + u.CompletionTokens
+}
+
+// withIncludeUsage returns body with stream_options.include_usage set, its
+// other fields and stream options kept.
+func withIncludeUsage(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	opts := map[string]json.RawMessage{}
+	if raw, ok := m["stream_options"]; ok && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		if err := json.Unmarshal(raw, &opts); err != nil {
+			return nil, fmt.Errorf("stream_options: %w", err)
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	var err error
+	if m["stream_options"], err = json.Marshal(opts); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// modifyResponse settles what it can before the response headers go out:
+// an error status is refunded; a plain response is read whole and settled
+// to its usage, so that its x-ratelimit-remaining-* headers show the real
+// cost. A stream, and a passthrough's body, settle when they end.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	c := callOf(resp.Request.Context())
+	if c == nil {
+		return nil
+	}
+	switch {
+	case resp.StatusCode >= http.StatusBadRequest:
+		p.settle(c, 0, Refunded)
+		p.setHeadersAfterSettle(resp.Header, c)
+	case c.kind == Passthrough:
+		p.setRateHeaders(resp.Header, c.decision)
+		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, 0, Released) }}
+	case isEventStream(resp.Header):
+		p.setRateHeaders(resp.Header, c.decision)
+		resp.Body = newEventStream(p, c, resp.Body)
+	default:
+		return p.settleWhole(resp, c)
+	}
+	return nil
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	return mt == "text/event-stream"
+}
+
+// settleWhole reads a plain response, settles it to its usage (or, without
+// one, to the prompt and the reply's counted text) and sets the headers.
+func (p *Proxy) settleWhole(resp *http.Response, c *call) error {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, p.opts.MaxResponseBytes+1))
+	if err != nil {
+		resp.Body.Close()
+		return fmt.Errorf("proxy: read the upstream's response: %w", err)
+	}
+	if int64(len(body)) > p.opts.MaxResponseBytes {
+		p.settle(c, c.est.Total(), AtEstimate)
+		p.setRateHeaders(resp.Header, c.decision)
+		resp.Body = &onClose{ReadCloser: resp.Body, reader: io.MultiReader(bytes.NewReader(body), resp.Body)}
+		return nil
+	}
+	resp.Body.Close()
+	actual, basis := p.actualOf(c, body)
+	p.settle(c, actual, basis)
+	p.setHeadersAfterSettle(resp.Header, c)
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.TransferEncoding = nil
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+// replyBody is what the proxy reads of a plain response.
+type replyBody struct {
+	Usage   *usage `json:"usage"`
+	Choices []struct {
+		Message struct {
+			Content   string `json:"content"`
+			Refusal   string `json:"refusal"`
+			ToolCalls []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		Text string `json:"text"`
+	} `json:"choices"`
+	Output []struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		Arguments string `json:"arguments"`
+	} `json:"output"`
+}
+
+// actualOf returns the tokens a plain response consumed: its usage, or the
+// prompt plus the counted text of its reply.
+func (p *Proxy) actualOf(c *call, body []byte) (int64, Basis) {
+	var r replyBody
+	if json.Unmarshal(body, &r) == nil && r.Usage != nil && r.Usage.total() > 0 {
+		return r.Usage.total(), ByUsage
+	}
+	var text strings.Builder
+	for _, ch := range r.Choices {
+		text.WriteString(ch.Message.Content + ch.Message.Refusal + ch.Text)
+		for _, tc := range ch.Message.ToolCalls {
+			text.WriteString(tc.Function.Name + tc.Function.Arguments)
+		}
+	}
+	for _, o := range r.Output {
+		text.WriteString(o.Arguments)
+		for _, part := range o.Content {
+			text.WriteString(part.Text)
+		}
+	}
+	return c.est.Prompt + p.count(c, text.String()), ByCount
+}
+
+// count counts text in c's model, 0 if the tokenizer fails (it only can if
+// an embedded encoding failed to load, which estimating already reported).
+func (p *Proxy) count(c *call, text string) int64 {
+	n, err := p.tok.Count(c.est.Model, text)
+	if err != nil {
+		p.log.Error("tokenizer failed", "error", err)
+	}
+	return n
+}
+
+// setHeadersAfterSettle sets the rate-limit headers from the budgets' state
+// after c was settled, read back from the store; from the reservation's
+// decision if that fails.
+func (p *Proxy) setHeadersAfterSettle(h http.Header, c *call) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
+	defer cancel()
+	d, err := p.svc.Inspect(ctx, c.req)
+	if err != nil {
+		p.log.Warn("inspect after settle failed; headers show the reservation", "request_id", c.id, "error", err)
+		d = c.decision
+	}
+	p.setRateHeaders(h, d)
+}
+
+// upstreamFailed answers a call the upstream never answered (a refused
+// connection, a timeout, an unreadable response). The call is refunded,
+// unless the client left first: then it is charged its prompt, which the
+// upstream may have processed.
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	c := callOf(r.Context())
+	if r.Context().Err() != nil {
+		if c != nil {
+			p.settle(c, c.est.Prompt, ByCount)
+		}
+		w.WriteHeader(499) // nobody reads it: the client has gone
+		return
+	}
+	status, code, msg := http.StatusBadGateway, "upstream_unavailable", "The upstream API could not be reached or gave no usable answer."
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		status, code, msg = http.StatusGatewayTimeout, "upstream_timeout", "The upstream API did not answer in time."
+	}
+	id := ""
+	if c != nil {
+		id = c.id
+		p.settle(c, 0, Refunded)
+		p.setHeadersAfterSettle(w.Header(), c)
+	}
+	p.log.Warn("upstream failed; refunded", "request_id", id, "error", err)
+	writeError(w, status, "server_error", code, msg+" The request was not charged.")
+}
+
+// onClose is a response body that calls done once it is closed, reading
+// from reader if set.
+type onClose struct {
+	io.ReadCloser
+	reader io.Reader
+	done   func()
+}
+
+func (b *onClose) Read(p []byte) (int, error) {
+	if b.reader != nil {
+		return b.reader.Read(p)
+	}
+	return b.ReadCloser.Read(p)
+}
+
+func (b *onClose) Close() error {
+	err := b.ReadCloser.Close()
+	if b.done != nil {
+		b.done()
+	}
+	return err
+}

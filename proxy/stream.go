@@ -1,0 +1,181 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+)
+
+// eventStream is the body of a streamed response (server-sent events) on
+// its way to the client. It passes events through as they arrive, one per
+// Read, so that the reverse proxy flushes each at once; drops the usage
+// chunk the proxy asked for on the client's behalf; records the final
+// usage; and keeps the text of the deltas the client has received. When it
+// is closed it settles the call: to the final usage if the upstream sent
+// it, else to the prompt plus the tokens of the forwarded text.
+//
+// An event counts as forwarded once the reverse proxy asks for more after
+// it: it reads again only when it has written (and flushed) everything it
+// read before.
+type eventStream struct {
+	p   *Proxy
+	c   *call
+	up  io.ReadCloser
+	br  *bufio.Reader
+	out []byte // the current event's bytes not yet handed out
+
+	pending   []string        // text of the event being handed out
+	forwarded strings.Builder // text the client has received
+	usage     *usage
+	event     []byte
+}
+
+func newEventStream(p *Proxy, c *call, up io.ReadCloser) *eventStream {
+	return &eventStream{p: p, c: c, up: up, br: bufio.NewReader(up)}
+}
+
+// Read hands out the current event, or the next one the client should see.
+func (s *eventStream) Read(p []byte) (int, error) {
+	if len(s.out) == 0 {
+		for _, t := range s.pending {
+			s.forwarded.WriteString(t)
+		}
+		s.pending = s.pending[:0]
+		if err := s.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}
+
+// next reads events until one is to be passed on, and makes it current. At
+// the end of the stream, a last event without its blank line is passed on
+// as it is; a stream that fails mid-event loses that event.
+func (s *eventStream) next() error {
+	for {
+		line, err := s.br.ReadSlice('\n')
+		s.event = append(s.event, line...)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue // a long line goes on
+		case err != nil && (err != io.EOF || len(s.event) == 0):
+			s.event = s.event[:0]
+			return err
+		case err == nil && len(bytes.TrimRight(line, "\r\n")) > 0:
+			continue // the event goes on
+		}
+		keep := s.inspect(s.event)
+		if keep {
+			s.out = append(s.out[:0], s.event...)
+		}
+		s.event = s.event[:0]
+		if keep {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// streamChunk is what the proxy reads of an event's data: a chat or
+// completions chunk, or a Responses API event.
+type streamChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content          string `json:"content"`
+			Refusal          string `json:"refusal"`
+			ReasoningContent string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		Text string `json:"text"`
+	} `json:"choices"`
+	Usage *usage `json:"usage"`
+	// The Responses API's events.
+	Type     string          `json:"type"`
+	Delta    json.RawMessage `json:"delta"`
+	Response *struct {
+		Usage *usage `json:"usage"`
+	} `json:"response"`
+}
+
+// inspect reads one event: it records its usage and its text, and reports
+// whether the client should see it.
+func (s *eventStream) inspect(event []byte) bool {
+	data := eventData(event)
+	if len(data) == 0 || data[0] != '{' {
+		return true // comments, [DONE], anything else: as it is
+	}
+	var ch streamChunk
+	if json.Unmarshal(data, &ch) != nil {
+		return true
+	}
+	if ch.Response != nil && ch.Response.Usage != nil {
+		s.usage = ch.Response.Usage
+	}
+	if ch.Usage != nil {
+		s.usage = ch.Usage
+		if s.c.injected && ch.Type == "" && len(ch.Choices) == 0 {
+			return false // the usage chunk the client did not ask for
+		}
+	}
+	for _, c := range ch.Choices {
+		d := c.Delta
+		s.pending = append(s.pending, d.Content, d.Refusal, d.ReasoningContent, c.Text)
+		for _, tc := range d.ToolCalls {
+			s.pending = append(s.pending, tc.Function.Name, tc.Function.Arguments)
+		}
+	}
+	if strings.HasSuffix(ch.Type, ".delta") && len(ch.Delta) > 0 && ch.Delta[0] == '"' {
+		var text string
+		if json.Unmarshal(ch.Delta, &text) == nil {
+			s.pending = append(s.pending, text)
+		}
+	}
+	return true
+}
+
+// eventData returns the data of a server-sent event: its data fields'
+// values joined by newlines.
+func eventData(event []byte) []byte {
+	var data []byte
+	for len(event) > 0 {
+		line := event
+		if i := bytes.IndexByte(event, '\n'); i >= 0 {
+			line, event = event[:i], event[i+1:]
+		} else {
+			event = nil
+		}
+		line = bytes.TrimRight(line, "\r")
+		v, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		v = bytes.TrimPrefix(v, []byte(" "))
+		if data != nil {
+			data = append(data, '\n')
+		}
+		data = append(data, v...)
+	}
+	return data
+}
+
+// Close closes the upstream body and settles the call.
+func (s *eventStream) Close() error {
+	err := s.up.Close()
+	if s.usage != nil && s.usage.total() > 0 {
+		s.p.settle(s.c, s.usage.total(), ByUsage)
+	} else {
+		s.p.settle(s.c, s.c.est.Prompt+s.p.count(s.c, s.forwarded.String()), ByCount)
+	}
+	return err
+}
