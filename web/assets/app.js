@@ -151,7 +151,7 @@
       $('#ov-live').hidden = !data.live;
       if (!data.live) { $('#ov-rate').textContent = 'n/a'; return; }
       const last = data.seconds - 2; // the last whole second
-      $('#ov-rate').textContent = num(data.checks[last] || 0) + ' checks';
+      $('#ov-rate').textContent = num(data.checks[last] || 0);
       $('#ov-latency').textContent = data.checks[last] ? `mean decision time ${num(data.latency_us[last])} µs` : 'no checks in the last second';
       renderSelect();
       const pick = $('#ov-limit').value;
@@ -311,7 +311,7 @@
     const verdict = e.allowed ? 'ALLOW' : 'DENY';
     let detail = e.allowed ? ` · ${num(e.remaining)} left` : ` · retry after ${secs(e.retry_after_ms)}`;
     if (e.cost_exceeds_limit) detail = ' · costs more than the limit can ever admit';
-    return el('li', { class: e.allowed ? 'allow' : 'deny', 'data-allowed': e.allowed, 'data-retry-ms': e.retry_after_ms },
+    return el('li', { class: e.allowed ? 'allow' : 'deny', 'data-allowed': String(e.allowed), 'data-retry-ms': e.retry_after_ms },
       `#${e.n} ${what}`, el('span', { class: e.allowed ? 'verdict-allow' : 'verdict-deny', text: verdict }),
       ` at t+${((e.at_ms - t0) / 1000).toFixed(2)} s${detail}`);
   }
@@ -446,7 +446,7 @@
         el('h2', { text: names[run.algorithm] || run.algorithm }),
         el('p', { class: 'small' }, el('code', { text: run.policy })),
         el('p', {}, `Admitted ${run.admitted_requests} of ${a.requests.length} requests (cost ${run.admitted_cost}). Most in any ${dur(a.window_ms)}: `,
-          el('strong', { class: burst ? 'verdict-deny' : '', text: `${run.max_in_window}` }), burst ? ` (more than the limit, ${a.limit})` : ''),
+          el('strong', { class: burst ? 'verdict-deny' : '', text: `${run.max_in_window}` }), burst ? ` (the budget is ${a.limit} per window)` : ''),
         chart(a, run));
     }
     const run = () => guard('#cmp-status', async () => {
