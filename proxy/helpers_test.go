@@ -1,0 +1,277 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/proxy"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// Api keys of examples/proxy.yaml.
+const (
+	alice = "sk-demo-alice-0001" // plan pro
+	bob   = "sk-demo-bob-0002"   // plan free, a bucket of 2,000 tokens
+)
+
+// t0 is the fake clocks' start: a Thursday, mid-morning UTC.
+var t0 = time.Date(2026, 1, 15, 9, 30, 0, 0, time.UTC)
+
+// clock is a fake clock safe for concurrent use, one per test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// stores are the stores every behaviour is tested on.
+var stores = []string{"memory", "redis"}
+
+// eachStore runs fn as a parallel subtest per store.
+func eachStore(t *testing.T, fn func(t *testing.T, store string)) {
+	t.Helper()
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			fn(t, store)
+		})
+	}
+}
+
+// env is a proxy under test: its service on a store and a fake clock, the
+// fake upstream behind it, and the settlements it reports.
+type env struct {
+	t       *testing.T
+	clock   *clock
+	svc     *service.Service
+	store   tokenlimit.Store
+	redis   *redistest.Server
+	up      *fakeUpstream
+	upSrv   *httptest.Server
+	srv     *httptest.Server
+	settled chan proxy.Settlement
+}
+
+// setup configures an env.
+type setup struct {
+	yml   string
+	proxy func(*proxy.Options)
+	store func(tokenlimit.Store) tokenlimit.Store
+}
+
+// withConfig replaces examples/proxy.yaml.
+func withConfig(yml string) func(*setup) { return func(s *setup) { s.yml = yml } }
+
+// withOptions edits the proxy's options.
+func withOptions(edit func(*proxy.Options)) func(*setup) { return func(s *setup) { s.proxy = edit } }
+
+// withStore wraps the store.
+func withStore(wrap func(tokenlimit.Store) tokenlimit.Store) func(*setup) {
+	return func(s *setup) { s.store = wrap }
+}
+
+var exampleConfig = func() string {
+	data, err := os.ReadFile("../examples/proxy.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(data)
+}()
+
+// newEnv starts a proxy on the named store ("memory", or "redis": a
+// redis-server of its own deciding at the fake clock's time) enforcing
+// examples/proxy.yaml with unknown keys under the default plan, in front of
+// a fresh fake upstream.
+func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
+	t.Helper()
+	s := setup{yml: exampleConfig}
+	for _, edit := range edits {
+		edit(&s)
+	}
+	cfg, err := config.Parse([]byte(s.yml), t.Name()+".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, clock: &clock{t: t0}, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
+	opts := service.Options{Clock: e.clock.Now, StoreName: store}
+	switch store {
+	case "memory":
+		st, err := memstore.New(memstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Store = st
+	case "redis":
+		e.redis = redistest.Start(t)
+		client := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+		t.Cleanup(func() { client.Close() })
+		st, err := redisstore.New(goredisclient.New(client), redisstore.Options{CallerTime: true, TTLPadding: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Store, opts.Remote, opts.StoreTimeout = st, true, 10*time.Second
+	}
+	if s.store != nil {
+		opts.Store = s.store(opts.Store)
+	}
+	e.store = opts.Store
+	if e.svc, err = service.New(cfg, opts); err != nil {
+		t.Fatal(err)
+	}
+	e.upSrv = httptest.NewServer(e.up)
+	t.Cleanup(e.upSrv.Close)
+	upstream, _ := url.Parse(e.upSrv.URL)
+	popts := proxy.Options{
+		Upstream: upstream, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer,
+		OnSettle: func(s proxy.Settlement) { e.settled <- s },
+	}
+	if s.proxy != nil {
+		s.proxy(&popts)
+	}
+	p, err := proxy.New(e.svc, popts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(p)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// post sends body to path with key (none if empty) and returns the
+// response, its body read.
+func (e *env) post(path, key, body string) (*http.Response, string) {
+	e.t.Helper()
+	resp := e.send(context.Background(), http.MethodPost, path, key, body)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("POST %s: reading the body: %v", path, err)
+	}
+	return resp, string(data)
+}
+
+// send sends a request and returns the response, its body unread.
+func (e *env) send(ctx context.Context, method, path, key, body string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// waitSettled returns the next settlement the proxy reports.
+func (e *env) waitSettled() proxy.Settlement {
+	e.t.Helper()
+	select {
+	case s := <-e.settled:
+		return s
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("no settlement within 10s")
+		return proxy.Settlement{}
+	}
+}
+
+// noMoreSettlements fails if a settlement is waiting.
+func (e *env) noMoreSettlements() {
+	e.t.Helper()
+	select {
+	case s := <-e.settled:
+		e.t.Errorf("unexpected settlement %+v", s)
+	default:
+	}
+}
+
+// used returns what each limit selected by (key, model) holds, read back
+// from the store: capacity minus remaining, at the fake clock's time (which
+// tests do not move, so nothing refills), by limit name. For the
+// concurrency limit it is the number of requests in flight.
+func (e *env) used(key, model string) map[string]int64 {
+	e.t.Helper()
+	desc := map[string]string{"api_key": key, "ip": "127.0.0.1", "route": "/v1/chat/completions"}
+	if model != "" {
+		desc["model"] = model
+	}
+	d, err := e.svc.Inspect(context.Background(), service.Request{Descriptors: desc})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, o := range d.Limits {
+		out[o.Name] = o.Limit - o.Remaining
+	}
+	return out
+}
+
+// sseEvents reads server-sent events from r until it ends, returning each
+// event's data.
+func sseEvents(r io.Reader) ([]string, error) {
+	var events []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			events = append(events, data)
+		}
+	}
+	return events, sc.Err()
+}
+
+// failingStore is a store that fails every call while fail is set.
+type failingStore struct {
+	tokenlimit.Store
+	fail atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (f *failingStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	if f.fail.Load() {
+		return time.Time{}, errStoreDown
+	}
+	return f.Store.Check(ctx, now, items, results)
+}
+
+func (f *failingStore) Adjust(ctx context.Context, now time.Time, adj []tokenlimit.Adjustment) error {
+	if f.fail.Load() {
+		return errStoreDown
+	}
+	return f.Store.Adjust(ctx, now, adj)
+}

@@ -1,0 +1,213 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// behaviour is how the fake upstream answers.
+type behaviour struct {
+	// Prompt and Completion are the usage every call reports.
+	Prompt, Completion int64
+	// Words are the reply's content: one chunk per word when streamed.
+	Words []string
+	// Status, if not zero, fails every call with it.
+	Status int
+	// Stall holds every call without an answer until its client goes away.
+	Stall bool
+	// Gate, if not nil, holds a stream after its first content chunk until
+	// it is closed.
+	Gate chan struct{}
+	// Hang holds a stream after its first content chunk until its client
+	// goes away: nothing more is sent.
+	Hang bool
+	// CutAfter, if positive, aborts a stream after that many content
+	// chunks, without a usage chunk or [DONE].
+	CutAfter int
+	// NoUsage leaves usage out of every answer, as some OpenAI-compatible
+	// servers do.
+	NoUsage bool
+}
+
+// upstreamCall is one request the fake upstream received.
+type upstreamCall struct {
+	Path, Authorization, AcceptEncoding string
+	Body                                map[string]any
+}
+
+// fakeUpstream is an OpenAI-compatible API: chat completions (streamed or
+// not), embeddings, the Responses API (streamed or not) and a model list,
+// answering with the exact usage its behaviour says. It can fail, stall,
+// hold and cut streams.
+type fakeUpstream struct {
+	mu    sync.Mutex
+	b     behaviour
+	calls []upstreamCall
+}
+
+func newFakeUpstream() *fakeUpstream {
+	return &fakeUpstream{b: behaviour{Prompt: 31, Completion: 9, Words: []string{"Hello", " there", ",", " friend", "!"}}}
+}
+
+// set changes the behaviour of the calls that follow.
+func (f *fakeUpstream) set(change func(*behaviour)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.b)
+}
+
+// Calls returns the requests received so far.
+func (f *fakeUpstream) Calls() []upstreamCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]upstreamCall(nil), f.calls...)
+}
+
+func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	data, _ := io.ReadAll(r.Body)
+	var req map[string]any
+	_ = json.Unmarshal(data, &req)
+	f.mu.Lock()
+	b := f.b
+	f.calls = append(f.calls, upstreamCall{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"),
+		AcceptEncoding: r.Header.Get("Accept-Encoding"), Body: req})
+	f.mu.Unlock()
+
+	model, _ := req["model"].(string)
+	stream, _ := req["stream"].(bool)
+	switch {
+	case b.Stall:
+		<-r.Context().Done()
+	case b.Status != 0:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(b.Status)
+		fmt.Fprintf(w, `{"error":{"message":"upstream failure %d","type":"server_error","param":null,"code":null}}`, b.Status)
+	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/models"):
+		writeJSON(w, `{"object":"list","data":[{"id":"gpt-4o","object":"model","created":1,"owned_by":"test"}]}`)
+	case strings.HasSuffix(r.URL.Path, "/chat/completions") && stream:
+		opts, _ := req["stream_options"].(map[string]any)
+		withUsage, _ := opts["include_usage"].(bool)
+		f.streamChat(w, r, b, model, withUsage)
+	case strings.HasSuffix(r.URL.Path, "/chat/completions"):
+		writeJSON(w, fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":%q,`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null},"logprobs":null,"finish_reason":"stop"}]%s}`,
+			model, strings.Join(b.Words, ""), b.chatUsage()))
+	case strings.HasSuffix(r.URL.Path, "/embeddings"):
+		u := fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"total_tokens":%d}`, b.Prompt, b.Prompt)
+		if b.NoUsage {
+			u = ""
+		}
+		writeJSON(w, fmt.Sprintf(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25,-0.5]}],"model":%q%s}`, model, u))
+	case strings.HasSuffix(r.URL.Path, "/responses") && stream:
+		f.streamResponse(w, r, b, model)
+	case strings.HasSuffix(r.URL.Path, "/responses"):
+		writeJSON(w, b.response(model, "completed"))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, body)
+}
+
+func (b behaviour) chatUsage() string {
+	if b.NoUsage {
+		return ""
+	}
+	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, b.Prompt, b.Completion, b.Prompt+b.Completion)
+}
+
+// hold applies the behaviour's holds after the first content chunk; it
+// reports false when the stream must end now.
+func (b behaviour) hold(r *http.Request, sent int) bool {
+	if sent != 1 {
+		return true
+	}
+	if b.Hang {
+		<-r.Context().Done()
+		return false
+	}
+	if b.Gate != nil {
+		select {
+		case <-b.Gate:
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	return true
+}
+
+// streamChat streams a chat completion as OpenAI does: a role chunk, one
+// chunk per word, a finish chunk, the usage chunk with empty choices if
+// asked, and [DONE]. With include_usage every other chunk has "usage":null.
+func (f *fakeUpstream) streamChat(w http.ResponseWriter, r *http.Request, b behaviour, model string, withUsage bool) {
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	flusher := w.(http.Flusher)
+	nullUsage := ""
+	if withUsage {
+		nullUsage = `,"usage":null`
+	}
+	send := func(choices string) {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[%s]%s}\n\n", model, choices, nullUsage)
+		flusher.Flush()
+	}
+	send(`{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`)
+	for i, word := range b.Words {
+		send(fmt.Sprintf(`{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null}`, word))
+		if b.CutAfter == i+1 {
+			panic(http.ErrAbortHandler)
+		}
+		if !b.hold(r, i+1) {
+			return
+		}
+	}
+	send(`{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}`)
+	if withUsage && !b.NoUsage {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[]%s}\n\n", model, b.chatUsage())
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// response is a Responses API response object.
+func (b behaviour) response(model, status string) string {
+	u := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":0},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
+		b.Prompt, b.Completion, b.Prompt+b.Completion)
+	if b.NoUsage || status != "completed" {
+		u = "null"
+	}
+	output := ""
+	if status == "completed" {
+		output = fmt.Sprintf(`{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":%q,"annotations":[]}]}`, strings.Join(b.Words, ""))
+	}
+	return fmt.Sprintf(`{"id":"resp_1","object":"response","created_at":1,"status":%q,"model":%q,"output":[%s],"usage":%s}`, status, model, output, u)
+}
+
+// streamResponse streams a Responses API call: response.created, one
+// response.output_text.delta per word, response.completed with the usage.
+func (f *fakeUpstream) streamResponse(w http.ResponseWriter, r *http.Request, b behaviour, model string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher := w.(http.Flusher)
+	seq := 0
+	send := func(typ, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: {\"type\":%q,\"sequence_number\":%d,%s}\n\n", typ, typ, seq, data)
+		seq++
+		flusher.Flush()
+	}
+	send("response.created", `"response":`+b.response(model, "in_progress"))
+	for i, word := range b.Words {
+		send("response.output_text.delta", fmt.Sprintf(`"item_id":"msg_1","output_index":0,"content_index":0,"delta":%q`, word))
+		if b.CutAfter == i+1 {
+			panic(http.ErrAbortHandler)
+		}
+		if !b.hold(r, i+1) {
+			return
+		}
+	}
+	send("response.completed", `"response":`+b.response(model, "completed"))
+}
