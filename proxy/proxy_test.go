@@ -3,9 +3,11 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
@@ -118,4 +120,319 @@ func assertUsed(t *testing.T, got, want map[string]int64) {
 			t.Errorf("%s holds %d, want %d (all: %v)", k, got[k], v, got)
 		}
 	}
+}
+
+func TestStreamKeepsTheUsageChunkTheClientAskedFor(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		resp, body := e.post("/v1/chat/completions", alice,
+			`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`)
+		events, _ := sseEvents(strings.NewReader(body))
+		if resp.StatusCode != http.StatusOK || len(events) != 9 || !strings.Contains(events[7], `"choices":[],"usage":{"prompt_tokens":31,"completion_tokens":9,"total_tokens":40}`) {
+			t.Fatalf("status %d, events %q; want 9 events, the usage chunk before [DONE]", resp.StatusCode, events)
+		}
+		if s := e.waitSettled(); s.Actual != 40 || s.Basis != proxy.ByUsage {
+			t.Errorf("settlement %+v, want 40 by usage", s)
+		}
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "in-flight-per-key": 0})
+	})
+}
+
+// TestClientDisconnectSettlesForwardedTokens: the client reads the first
+// word and leaves; the upstream, holding the stream, is cancelled. The call
+// is charged its prompt and the tokens of "Hello", nothing more.
+func TestClientDisconnectSettlesForwardedTokens(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		e.up.set(func(b *behaviour) { b.Hang = true })
+		ctx, cancel := context.WithCancel(context.Background())
+		resp := e.send(ctx, http.MethodPost, "/v1/chat/completions", alice,
+			`{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`)
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(line, `"content":"Hello"`) {
+				break
+			}
+		}
+		cancel()
+		resp.Body.Close()
+		s := e.waitSettled()
+		hello := count(t, "gpt-4o", "Hello")
+		if s.Basis != proxy.ByCount || s.Actual != chatPrompt+hello {
+			t.Errorf("settlement %+v, want the prompt %d + %d for Hello, counted", s, chatPrompt, hello)
+		}
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": chatPrompt + hello, "requests-per-key": 1, "in-flight-per-key": 0})
+	})
+}
+
+// TestCutStreamSettlesForwardedTokens: the upstream dies after two words;
+// the client gets both and then an error; the call is charged the prompt
+// and "Hello there".
+func TestCutStreamSettlesForwardedTokens(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, path, body string }{
+		{"chat", "/v1/chat/completions", `{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`},
+		{"responses", "/v1/responses", `{"model":"gpt-4o","stream":true,"max_output_tokens":100,"input":"Say hello"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, store string) {
+				e := newEnv(t, store)
+				e.up.set(func(b *behaviour) { b.CutAfter = 2 })
+				resp := e.send(context.Background(), http.MethodPost, tt.path, alice, tt.body)
+				events, err := sseEvents(resp.Body)
+				resp.Body.Close()
+				if err == nil || !strings.Contains(strings.Join(events, "\n"), `" there"`) {
+					t.Errorf("client read %q, %v; want both words, then an error", events, err)
+				}
+				s := e.waitSettled()
+				want := s.Reserved - 100 + count(t, "gpt-4o", "Hello there")
+				if s.Basis != proxy.ByCount || s.Actual != want {
+					t.Errorf("settlement %+v, want %d (prompt + Hello there), counted", s, want)
+				}
+				assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": want, "in-flight-per-key": 0})
+			})
+		})
+	}
+}
+
+// TestUpstreamFailuresAreRefunded: an error status, a refused connection
+// and a timeout each refund the tokens in full; the request still counts
+// against the request limit, and the in-flight slot is released.
+func TestUpstreamFailuresAreRefunded(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name   string
+		status int
+		setup  func(e *env)
+		opts   func(*proxy.Options)
+		body   string
+	}{
+		{name: "500", status: 500, setup: func(e *env) { e.up.set(func(b *behaviour) { b.Status = 500 }) },
+			body: `{"error":{"message":"upstream failure 500","type":"server_error","param":null,"code":null}}`},
+		{name: "429 from upstream", status: 429, setup: func(e *env) { e.up.set(func(b *behaviour) { b.Status = 429 }) },
+			body: `{"error":{"message":"upstream failure 429","type":"server_error","param":null,"code":null}}`},
+		{name: "refused", status: 502, setup: func(e *env) { e.upSrv.Close() },
+			body: `{"error":{"message":"The upstream API could not be reached or gave no usable answer. The request was not charged.","type":"server_error","param":null,"code":"upstream_unavailable"}}` + "\n"},
+		{name: "timeout", status: 504, setup: func(e *env) { e.up.set(func(b *behaviour) { b.Stall = true }) },
+			opts: func(o *proxy.Options) { o.Transport = &http.Transport{ResponseHeaderTimeout: 50 * time.Millisecond} },
+			body: `{"error":{"message":"The upstream API did not answer in time. The request was not charged.","type":"server_error","param":null,"code":"upstream_timeout"}}` + "\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, store string) {
+				var edits []func(*setup)
+				if tt.opts != nil {
+					edits = append(edits, withOptions(tt.opts))
+				}
+				e := newEnv(t, store, edits...)
+				tt.setup(e)
+				resp, body := e.post("/v1/chat/completions", alice, chatBody)
+				if resp.StatusCode != tt.status || body != tt.body {
+					t.Errorf("status %d, body %s; want %d, %s", resp.StatusCode, body, tt.status, tt.body)
+				}
+				if s := e.waitSettled(); s.Basis != proxy.Refunded || s.Actual != 0 {
+					t.Errorf("settlement %+v, want refunded", s)
+				}
+				assertHeaders(t, resp.Header, map[string]string{"X-Ratelimit-Remaining-Tokens": "10000", "X-Ratelimit-Remaining-Requests": "59"})
+				assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{
+					"tokens-per-key-model": 0, "plan-pro-daily": 0, "requests-per-key": 1, "in-flight-per-key": 0,
+				})
+			})
+		})
+	}
+}
+
+func TestEmbeddingsReserveTheirInput(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		resp, _ := e.post("/v1/embeddings", alice, `{"model":"text-embedding-3-small","input":["hello world","tokens"]}`)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		// cl100k_base: "hello world" 2, "tokens" 1; the upstream says 31.
+		s := e.waitSettled()
+		if s.Reserved != 3 || s.Actual != 31 || s.Basis != proxy.ByUsage {
+			t.Errorf("settlement %+v, want 3 reserved, 31 by usage", s)
+		}
+		assertUsed(t, e.used(alice, "text-embedding-3-small"), map[string]int64{"tokens-per-key-model": 31, "in-flight-per-key": 0})
+	})
+}
+
+// TestResponsesAPISettlesInputPlusOutput, plain and streamed: the usage's
+// input_tokens + output_tokens, 31 + 9.
+func TestResponsesAPISettlesInputPlusOutput(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "streamed"}[stream], func(t *testing.T) {
+			t.Parallel()
+			eachStore(t, func(t *testing.T, store string) {
+				e := newEnv(t, store)
+				body := `{"model":"gpt-4o","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Say hello"}]}],"max_output_tokens":100}`
+				if stream {
+					body = strings.Replace(body, `{`, `{"stream":true,`, 1)
+				}
+				resp, got := e.post("/v1/responses", alice, body)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d: %s", resp.StatusCode, got)
+				}
+				if stream {
+					if events, _ := sseEvents(strings.NewReader(got)); len(events) != 7 || !strings.Contains(events[6], `"total_tokens":40`) {
+						t.Errorf("events %q: want created, 5 deltas and completed with its usage", events)
+					}
+				}
+				// "Be brief." 3, then the message: 3 + "user" 1 + "Say hello" 2, and 3 to prime the reply.
+				s := e.waitSettled()
+				if s.Reserved != 3+9+100 || s.Actual != 40 || s.Basis != proxy.ByUsage {
+					t.Errorf("settlement %+v, want 112 reserved, 40 by usage", s)
+				}
+				assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "in-flight-per-key": 0})
+			})
+		})
+	}
+}
+
+// TestNoUsageSettlesCountedTokens: an upstream that reports no usage is
+// charged the prompt and the counted reply.
+func TestNoUsageSettlesCountedTokens(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		e.up.set(func(b *behaviour) { b.NoUsage = true })
+		reply := count(t, "gpt-4o", "Hello there, friend!")
+		e.post("/v1/chat/completions", alice, chatBody)
+		if s := e.waitSettled(); s.Basis != proxy.ByCount || s.Actual != chatPrompt+reply {
+			t.Errorf("plain: settlement %+v, want %d counted", s, chatPrompt+reply)
+		}
+		e.post("/v1/chat/completions", alice, `{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`)
+		if s := e.waitSettled(); s.Basis != proxy.ByCount || s.Actual != chatPrompt+reply {
+			t.Errorf("streamed: settlement %+v, want %d counted", s, chatPrompt+reply)
+		}
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": 2 * (chatPrompt + reply), "in-flight-per-key": 0})
+	})
+}
+
+// TestPassthroughCountsRequestsOnly: other paths go through under the
+// request and concurrency limits; no tokens are charged.
+func TestPassthroughCountsRequestsOnly(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		resp := e.send(context.Background(), http.MethodGet, "/v1/models", alice, "")
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(data), `"gpt-4o"`) {
+			t.Fatalf("status %d, body %s", resp.StatusCode, data)
+		}
+		if s := e.waitSettled(); s.Basis != proxy.Released || s.Kind != proxy.Passthrough {
+			t.Errorf("settlement %+v, want a released passthrough", s)
+		}
+		assertHeaders(t, resp.Header, map[string]string{"X-Ratelimit-Remaining-Requests": "59", "X-Ratelimit-Remaining-Tokens": ""})
+		assertUsed(t, e.used(alice, ""), map[string]int64{"requests-per-key": 1, "in-flight-per-key": 0, "plan-pro-daily": 0})
+	})
+}
+
+func TestUnknownKeys(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		reject := newEnv(t, store, withOptions(func(o *proxy.Options) { o.UnknownKeys = proxy.RejectUnknownKeys }))
+		for key, msg := range map[string]string{
+			"sk-unknown-key-123456": "Incorrect API key provided: sk-...3456. This proxy does not know that key.",
+			"":                      "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY).",
+		} {
+			resp, body := reject.post("/v1/chat/completions", key, chatBody)
+			want := `{"error":{"message":"` + msg + `","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}` + "\n"
+			if resp.StatusCode != http.StatusUnauthorized || body != want {
+				t.Errorf("key %q: status %d, body %s; want 401, %s", key, resp.StatusCode, body, want)
+			}
+		}
+		if n := len(reject.up.Calls()); n != 0 {
+			t.Errorf("the upstream got %d calls, want none", n)
+		}
+		// Under the default plan, an unknown key gets the free plan's
+		// quota, keyed by the key it presents.
+		def := newEnv(t, store)
+		if resp, _ := def.post("/v1/chat/completions", "sk-unknown-key-123456", chatBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("default plan: status %d", resp.StatusCode)
+		}
+		def.waitSettled()
+		assertUsed(t, def.used("sk-unknown-key-123456", "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "plan-free-daily": 40, "plan-free-monthly": 40})
+	})
+}
+
+// TestDefaultMaxTokensCappedAtSmallestBudget: with no max_tokens, bob (a
+// bucket of 2,000) reserves 2,000, not prompt + 4,096 (which could never
+// fit).
+func TestDefaultMaxTokensCappedAtSmallestBudget(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		resp, _ := e.post("/v1/chat/completions", bob, `{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello"}]}`)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if s := e.waitSettled(); s.Reserved != 2000 || s.Actual != 40 {
+			t.Errorf("settlement %+v, want 2000 reserved", s)
+		}
+		resp, _ = e.post("/v1/chat/completions", alice, `{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello"}]}`)
+		if s := e.waitSettled(); resp.StatusCode != http.StatusOK || s.Reserved != chatPrompt+proxy.DefaultMaxTokens {
+			t.Errorf("alice: status %d, settlement %+v, want prompt + 4096 reserved", resp.StatusCode, s)
+		}
+	})
+}
+
+// TestInFlightLimit: three streams held open take alice's three slots; a
+// fourth request is denied until they end; every path releases its slot.
+func TestInFlightLimit(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		gate := make(chan struct{})
+		e.up.set(func(b *behaviour) { b.Gate = gate })
+		stream := `{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`
+		var open []*http.Response
+		for range 3 {
+			resp := e.send(context.Background(), http.MethodPost, "/v1/chat/completions", alice, stream)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("stream: status %d", resp.StatusCode)
+			}
+			open = append(open, resp)
+		}
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"in-flight-per-key": 3})
+		resp, body := e.post("/v1/chat/completions", alice, chatBody)
+		want := `{"error":{"message":"Too many requests in flight for in-flight-per-key: Limit 3, In flight 3. Please try again in 1s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n"
+		if resp.StatusCode != http.StatusTooManyRequests || body != want {
+			t.Errorf("fourth: status %d, body %s; want 429, %s", resp.StatusCode, body, want)
+		}
+		assertHeaders(t, resp.Header, map[string]string{"Retry-After": "1", "Retry-After-Ms": "1000"})
+		close(gate)
+		for _, r := range open {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			e.waitSettled()
+		}
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"in-flight-per-key": 0, "requests-per-key": 3})
+		if resp, _ := e.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
+			t.Errorf("after the streams ended: status %d, want 200", resp.StatusCode)
+		}
+		e.waitSettled()
+		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"in-flight-per-key": 0})
+	})
+}
+
+// count returns the tokens of text under model's encoding.
+func count(t *testing.T, model, text string) int64 {
+	t.Helper()
+	n, err := proxy.TestTokenizer.Count(model, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
