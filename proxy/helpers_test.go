@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -100,6 +101,9 @@ func withStore(wrap func(tokenlimit.Store) tokenlimit.Store) func(*setup) {
 	return func(s *setup) { s.store = wrap }
 }
 
+// quiet discards logs.
+var quiet = slog.New(slog.DiscardHandler)
+
 var exampleConfig = func() string {
 	data, err := os.ReadFile("../examples/proxy.yaml")
 	if err != nil {
@@ -123,7 +127,7 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, clock: &clock{t: t0}, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
-	opts := service.Options{Clock: e.clock.Now, StoreName: store}
+	opts := service.Options{Clock: e.clock.Now, StoreName: store, Logger: quiet}
 	switch store {
 	case "memory":
 		st, err := memstore.New(memstore.Options{})
@@ -152,7 +156,7 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 	t.Cleanup(e.upSrv.Close)
 	upstream, _ := url.Parse(e.upSrv.URL)
 	popts := proxy.Options{
-		Upstream: upstream, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer,
+		Upstream: upstream, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: quiet,
 		OnSettle: func(s proxy.Settlement) { e.settled <- s },
 	}
 	if s.proxy != nil {
@@ -176,6 +180,18 @@ func (e *env) post(path, key, body string) (*http.Response, string) {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		e.t.Fatalf("POST %s: reading the body: %v", path, err)
+	}
+	return resp, string(data)
+}
+
+// get is post for a GET without a body.
+func (e *env) get(path, key string) (*http.Response, string) {
+	e.t.Helper()
+	resp := e.send(context.Background(), http.MethodGet, path, key, "")
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("GET %s: reading the body: %v", path, err)
 	}
 	return resp, string(data)
 }

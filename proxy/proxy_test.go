@@ -325,10 +325,8 @@ func TestPassthroughCountsRequestsOnly(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
-		resp := e.send(context.Background(), http.MethodGet, "/v1/models", alice, "")
-		data, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(data), `"gpt-4o"`) {
+		resp, data := e.get("/v1/models", alice)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(data, `"gpt-4o"`) {
 			t.Fatalf("status %d, body %s", resp.StatusCode, data)
 		}
 		if s := e.waitSettled(); s.Basis != proxy.Released || s.Kind != proxy.Passthrough {

@@ -1,0 +1,118 @@
+package proxy_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// TestTokenLimit429: bob's bucket of 2,000 tokens refills 2,000/min, 30ms a
+// token. After a call that used 1,990, chatBody's estimate of 109 is 99
+// short: 2.97s. The 429 says so in OpenAI's format; once the clock has moved
+// that far the same call passes.
+func TestTokenLimit429(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		e.up.set(func(b *behaviour) { b.Prompt = 1981 })
+		if resp, _ := e.post("/v1/chat/completions", bob, chatBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("first call: status %d", resp.StatusCode)
+		}
+		e.waitSettled()
+		resp, body := e.post("/v1/chat/completions", bob, chatBody)
+		want := `{"error":{"message":"Rate limit reached for tokens-per-key-model on tokens: Limit 2000, Used 1990, Requested 109. Please try again in 2.97s.",` +
+			`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}` + "\n"
+		if resp.StatusCode != http.StatusTooManyRequests || body != want {
+			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
+		}
+		assertHeaders(t, resp.Header, map[string]string{
+			"Content-Type": "application/json", "Retry-After": "3", "Retry-After-Ms": "2970",
+			"X-Ratelimit-Limit-Tokens": "2000", "X-Ratelimit-Remaining-Tokens": "10", "X-Ratelimit-Reset-Tokens": "59.7s",
+			"X-Ratelimit-Limit-Requests": "60", "X-Ratelimit-Remaining-Requests": "59", "X-Ratelimit-Reset-Requests": "1s",
+		})
+		if n := len(e.up.Calls()); n != 1 {
+			t.Errorf("the upstream got %d calls, want 1: a denied call is not forwarded", n)
+		}
+		e.noMoreSettlements()
+		assertUsed(t, e.used(bob, "gpt-4o"), map[string]int64{"tokens-per-key-model": 1990, "requests-per-key": 1, "in-flight-per-key": 0})
+
+		e.clock.Advance(2970 * time.Millisecond)
+		e.up.set(func(b *behaviour) { b.Prompt = 31 })
+		if resp, _ := e.post("/v1/chat/completions", bob, chatBody); resp.StatusCode != http.StatusOK {
+			t.Errorf("after Retry-After-Ms: status %d, want 200", resp.StatusCode)
+		}
+	})
+}
+
+// TestRequestTooLarge: a call whose estimate exceeds the bucket can never
+// pass: 429 with x-should-retry: false and no Retry-After.
+func TestRequestTooLarge(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		resp, body := e.post("/v1/chat/completions", bob, strings.Replace(chatBody, `"max_tokens":100`, `"max_tokens":5000`, 1))
+		want := `{"error":{"message":"Request too large for tokens-per-key-model on tokens: Limit 2000, Requested 5009. The input or output tokens must be reduced in order to run successfully.",` +
+			`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}` + "\n"
+		if resp.StatusCode != http.StatusTooManyRequests || body != want {
+			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
+		}
+		assertHeaders(t, resp.Header, map[string]string{"X-Should-Retry": "false", "Retry-After": "", "Retry-After-Ms": ""})
+	})
+}
+
+// TestRequestLimit429: 60 requests a minute per key, whatever they cost.
+func TestRequestLimit429(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		for i := range 60 {
+			if resp, _ := e.get("/v1/models", alice); resp.StatusCode != http.StatusOK {
+				t.Fatalf("request %d: status %d", i, resp.StatusCode)
+			}
+			e.waitSettled()
+		}
+		resp, body := e.post("/v1/chat/completions", alice, chatBody)
+		want := `{"error":{"message":"Rate limit reached for requests-per-key on requests: Limit 60, Used 60, Requested 1. Please try again in 1s.",` +
+			`"type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n"
+		if resp.StatusCode != http.StatusTooManyRequests || body != want {
+			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
+		}
+		assertHeaders(t, resp.Header, map[string]string{
+			"Retry-After": "1", "Retry-After-Ms": "1000",
+			"X-Ratelimit-Limit-Requests": "60", "X-Ratelimit-Remaining-Requests": "0", "X-Ratelimit-Reset-Requests": "1m0s",
+			"X-Ratelimit-Limit-Tokens": "10000", "X-Ratelimit-Remaining-Tokens": "10000", "X-Ratelimit-Reset-Tokens": "0s",
+		})
+	})
+}
+
+// TestStoreFailing: while the store fails, a limit that fails closed makes
+// calls 503 (never forwarded); limits that fail open let them through on
+// the local budget.
+func TestStoreFailing(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		var closed, open failingStore
+		failClosed := strings.Replace(exampleConfig, "    cost: request\n", "    cost: request\n    failure_mode: closed\n", 1)
+		ec := newEnv(t, store, withConfig(failClosed), withStore(func(s tokenlimit.Store) tokenlimit.Store { closed.Store = s; return &closed }))
+		closed.fail.Store(true)
+		resp, body := ec.post("/v1/chat/completions", alice, chatBody)
+		want := `{"error":{"message":"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.",` +
+			`"type":"server_error","param":null,"code":"rate_limiter_unavailable"}}` + "\n"
+		if resp.StatusCode != http.StatusServiceUnavailable || body != want || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("fail closed: status %d, Retry-After %q, body %s; want 503, 1, %s", resp.StatusCode, resp.Header.Get("Retry-After"), body, want)
+		}
+		if n := len(ec.up.Calls()); n != 0 {
+			t.Errorf("fail closed: the upstream got %d calls, want none", n)
+		}
+
+		eo := newEnv(t, store, withStore(func(s tokenlimit.Store) tokenlimit.Store { open.Store = s; return &open }))
+		open.fail.Store(true)
+		if resp, _ := eo.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
+			t.Errorf("fail open: status %d, want 200", resp.StatusCode)
+		}
+		eo.waitSettled()
+	})
+}
