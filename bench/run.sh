@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Reruns every benchmark of docs/benchmarks.md and leaves the raw outputs and
+# summaries in one folder (default: a new folder under /tmp):
+#
+#   bench/run.sh [OUT_DIR]
+#
+# It takes about 10 minutes on 2 CPUs. The load tool starts its own
+# redis-server on a free 127.0.0.1 port (never a system Redis) and stops it.
+# Figures swing with whatever else the machine runs: compare only within one
+# run, and look at the load averages it records.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-$(mktemp -d /tmp/tokenlimit-bench.XXXXXX)}
+mkdir -p "$out"
+benchstat="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
+rounds=${ROUNDS:-3}
+
+{
+	echo "nproc: $(nproc)"
+	grep -m1 'model name' /proc/cpuinfo || true
+	go version
+	redis-server --version
+	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "load average before: $(cat /proc/loadavg)"
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+# In-process: the whole suite once per round, so that a burst of other load
+# spreads over every benchmark instead of hitting one.
+echo "==> memstore benchmarks (main module), $rounds rounds"
+: >"$out/memstore.txt"
+for _ in $(seq "$rounds"); do
+	go test -run '^$' -bench . -benchmem -cpu 1,2 ./memstore/ >>"$out/memstore.txt"
+done
+echo "==> in-process side by side with golang.org/x/time/rate (bench module), $rounds rounds"
+: >"$out/inprocess.txt"
+for _ in $(seq "$rounds"); do
+	(cd bench && go test -run '^$' -bench . -benchmem -cpu 1,2 .) >>"$out/inprocess.txt"
+done
+echo "load average after in-process: $(cat /proc/loadavg)" >>"$out/machine.txt"
+
+echo "==> Redis: throughput, script cost, script anatomy, memory per key"
+(cd bench && go run ./cmd/loadcompare -runs "$rounds") >"$out/loadcompare.md" 2>"$out/loadcompare.log"
+echo "load average at the end: $(cat /proc/loadavg)" >>"$out/machine.txt"
+
+$benchstat "$out/memstore.txt" >"$out/memstore.benchstat.txt"
+$benchstat "$out/inprocess.txt" >"$out/inprocess.benchstat.txt"
+echo "==> results in $out"
