@@ -294,24 +294,20 @@ func (t *Tokenizer) countInput(model string, raw json.RawMessage) (int64, error)
 }
 
 // countResponsesInput counts the Responses API's instructions and input: a
-// string, or a list of items (messages counted as chat messages, without
-// the reply priming; tool calls and their outputs by their text).
+// string (a user message), or a list of items (messages counted as chat
+// messages; tool calls and their outputs by their text).
 func (t *Tokenizer) countResponsesInput(model, instructions string, raw json.RawMessage) (int64, error) {
 	total, err := t.Count(model, instructions)
 	if err != nil {
 		return 0, err
 	}
 	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, &errBadBody{fmt.Sprintf("input: %v", err)}
-		}
-		n, err := t.Count(model, s)
-		return total + tokensPerMessage + n + tokensReplyPrime, err
-	}
 	var items []message
-	if len(raw) > 0 {
+	switch {
+	case len(raw) == 0:
+	case raw[0] == '"':
+		items = []message{{Role: "user", Content: raw}}
+	default:
 		if err := json.Unmarshal(raw, &items); err != nil {
 			return 0, &errBadBody{fmt.Sprintf("input is neither a string nor a list of items: %v", err)}
 		}
