@@ -2,7 +2,9 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -329,17 +331,40 @@ func TestBrowser(t *testing.T) {
 		tb.screenshots("five-algorithms")
 	})
 
-	// Traffic sent to the service shows in the overview's counters.
+	// Traffic sent to the service shows in the overview's counters. The page
+	// is served as tokenlimit serve serves it, under the HTTP API; the
+	// traffic goes to /v1/check once the service feeds its own counts, and
+	// straight to service.Check until then.
 	t.Run("overview", func(t *testing.T) {
-		tb := openTab(t, browser, srv, "overview", shots)
+		api := httptest.NewServer(mounted(t, e))
+		t.Cleanup(api.Close)
+		send := func(desc string) {
+			var d map[string]string
+			if err := json.Unmarshal([]byte(desc), &d); err != nil {
+				t.Fatal(err)
+			}
+			if !e.fed {
+				e.check(d)
+				return
+			}
+			res, err := http.Post(api.URL+"/v1/check", "application/json", strings.NewReader(`{"descriptors": `+desc+`}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+		}
+		if !e.fed {
+			t.Log("traffic goes to service.Check: " + notFed)
+		}
+		tb := openTab(t, browser, api, "overview", shots)
 		cell := func(limit, col string) string {
 			return `document.querySelector('#ov-table td[data-limit="` + limit + `"][data-col="` + col + `"]')`
 		}
 		tb.wait(cell("hard-cap", "allowed") + `?.textContent === '0'`)
 		for range 7 {
-			e.check(map[string]string{"user": "dora", "route": "/v1/sensitive"})
+			send(`{"user": "dora", "route": "/v1/sensitive"}`)
 		}
-		e.check(map[string]string{"user": "erin", "route": "/v1/embed"})
+		send(`{"user": "erin", "route": "/v1/embed"}`)
 		tb.wait(cell("hard-cap", "allowed") + `.textContent === '5' && ` + cell("hard-cap", "denied") + `.textContent === '2'`)
 		tb.wait(cell("llm-budget", "allowed") + `.textContent === '8'`)
 		// The shadow limit (2 a minute) saw dora's five admitted requests.
