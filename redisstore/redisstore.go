@@ -61,14 +61,15 @@ type Options struct {
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client  Scripter
-	prefix  string
-	caller  bool
-	cluster bool
-	padMs   string
-	check   script
-	adjust  script
-	reset   script
+	client   Scripter
+	prefix   string
+	caller   bool
+	cluster  bool
+	padMs    string
+	check    script
+	checkOne [tokenlimit.GCRA + 1]script
+	adjust   script
+	reset    script
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -91,8 +92,15 @@ func New(client Scripter, opts Options) (*Store, error) {
 		cluster: opts.Cluster,
 		padMs:   strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
 		check:   newScript(checkSource),
-		adjust:  newScript(adjustSource),
-		reset:   newScript(resetSource),
+		checkOne: [...]script{
+			tokenlimit.FixedWindow:    newScript(checkOneSource[tokenlimit.FixedWindow]),
+			tokenlimit.SlidingLog:     newScript(checkOneSource[tokenlimit.SlidingLog]),
+			tokenlimit.SlidingCounter: newScript(checkOneSource[tokenlimit.SlidingCounter]),
+			tokenlimit.TokenBucket:    newScript(checkOneSource[tokenlimit.TokenBucket]),
+			tokenlimit.GCRA:           newScript(checkOneSource[tokenlimit.GCRA]),
+		},
+		adjust: newScript(adjustSource),
+		reset:  newScript(resetSource),
 	}, nil
 }
 
@@ -117,7 +125,11 @@ func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
 		args = appendParams(args, it.Limit, it.Cost)
 	}
-	reply, err := s.run(ctx, s.check, keys, args)
+	sc := s.check
+	if len(items) == 1 {
+		sc = s.checkOne[items[0].Limit.Algorithm]
+	}
+	reply, err := s.run(ctx, sc, keys, args)
 	if err != nil {
 		return now, fmt.Errorf("redisstore: check: %w", err)
 	}

@@ -1,25 +1,38 @@
 package redisstore
 
-import "embed"
+import (
+	"embed"
 
-// The Lua sources. Each script is lib.lua, the algorithms and its own main
-// part, concatenated, because a Redis script is a single chunk and a check
-// of several items runs every algorithm in one call.
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// The Lua sources. Each script is lib.lua, the algorithms it needs and its
+// own main part, concatenated, because a Redis script is a single chunk: a
+// check of several items runs every algorithm in one call.
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
 var (
-	checkSource  = assemble("check.lua")
-	adjustSource = assemble("adjust.lua")
+	checkSource  = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check.lua")
+	adjustSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "adjust.lua")
+	// checkOneSource holds, per algorithm, the script for a check of one
+	// item: only that algorithm's code, so each call builds fewer functions.
+	checkOneSource = [...]string{
+		tokenlimit.FixedWindow:    assemble("lib.lua", "fixed_window.lua", "one_fixed_window.lua", "check_one.lua"),
+		tokenlimit.SlidingLog:     assemble("lib.lua", "sliding_log.lua", "one_sliding_log.lua", "check_one.lua"),
+		tokenlimit.SlidingCounter: assemble("lib.lua", "sliding_counter.lua", "one_sliding_counter.lua", "check_one.lua"),
+		tokenlimit.TokenBucket:    assemble("lib.lua", "bucket.lua", "one_bucket.lua", "check_one.lua"),
+		tokenlimit.GCRA:           assemble("lib.lua", "bucket.lua", "one_bucket.lua", "check_one.lua"),
+	}
 	// resetSource deletes a budget's keys (through a script, so that it goes
 	// through the same Scripter as everything else).
 	resetSource = "redis.call('DEL', unpack(KEYS))\nreturn {}"
 )
 
-func assemble(main string) string {
+func assemble(files ...string) string {
 	var src []byte
-	for _, name := range []string{"lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", main} {
+	for _, name := range files {
 		part, err := luaFiles.ReadFile("lua/" + name)
 		if err != nil {
 			panic("redisstore: embedded " + name + " missing: " + err.Error()) // a build defect, caught by every test

@@ -3,11 +3,20 @@
 -- in 8 bytes) or "tat:frac" when the interval leaves a fraction of a µs.
 
 local function tb_load(key, now)
-  local st = parse(redis.call('GET', key))
-  if not st or st[1] < now then
+  local v = redis.call('GET', key)
+  if not v then
     return now, 0
   end
-  return st[1], st[2] or 0
+  local tat, frac = v, 0
+  local colon = string.find(v, ':', 1, true)
+  if colon then
+    tat, frac = string.sub(v, 1, colon - 1), tonumber(string.sub(v, colon + 1))
+  end
+  tat = tonumber(tat)
+  if tat < now then
+    return now, 0
+  end
+  return tat, frac
 end
 
 local function tb_add(tat, frac, cost, num, den)
@@ -40,12 +49,11 @@ end
 
 local function tb_check(key, cap, num, den, now, cost)
   local tat, frac = tb_load(key, now)
-  local remaining, reset = tb_remaining(cap, num, den, tat, frac, now), tb_reset(tat, frac, now)
   if cost > cap then
-    return 0, 1, remaining, 0, reset
+    return 0, 1, tb_remaining(cap, num, den, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
   if cost == 0 then
-    return 1, 0, remaining, 0, reset
+    return 1, 0, tb_remaining(cap, num, den, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
   local ntat, nfrac = tb_add(tat, frac, cost, num, den)
   local cap_q = fdiv(cap * num, den)
@@ -55,7 +63,7 @@ local function tb_check(key, cap, num, den, now, cost)
     if nfrac > cap_r then
       ahead = ahead + 1
     end
-    return 0, 0, remaining, ahead, reset
+    return 0, 0, tb_remaining(cap, num, den, tat, frac, now), ahead, tb_reset(tat, frac, now)
   end
   return 1, 0, tb_remaining(cap, num, den, ntat, nfrac, now), 0, tb_reset(ntat, nfrac, now), tb_encode(ntat, nfrac)
 end

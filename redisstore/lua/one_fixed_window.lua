@@ -1,0 +1,7 @@
+-- one_fixed_window.lua: check_one.lua's hooks for a fixed window.
+local function ALGORITHM_CHECK(keys, limit, len, offset, now, cost)
+  return fw_check(keys[1], limit, len, offset, now, cost)
+end
+local function ALGORITHM_COMMIT(keys, _, _, _, state, reset, pad)
+  store(keys[1], state, reset, pad)
+end
