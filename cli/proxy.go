@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/proxy"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// proxyFlags are proxy's options.
+type proxyFlags struct {
+	config           string
+	upstream         string
+	upstreamKey      string
+	listen           string
+	metricsListen    string
+	redis            string
+	unknownKeys      string
+	trustedProxies   []string
+	defaultMaxTokens int64
+	upstreamTimeout  time.Duration
+	storeTimeout     time.Duration
+	maxKeys          int
+	reloadEvery      time.Duration
+}
+
+// proxyCommand is `tokenlimit proxy`: the OpenAI-compatible LLM proxy.
+func proxyCommand() *cobra.Command {
+	var f proxyFlags
+	cmd := &cobra.Command{
+		Use:   "proxy --config FILE --upstream URL",
+		Short: "Run an OpenAI-compatible proxy that limits LLM calls by the tokens they use",
+		Long: `Run a reverse proxy in front of an OpenAI-compatible API. Each call to
+/v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses reserves
+its estimated tokens (prompt + max_tokens) on every limit of the configuration
+it selects, is forwarded only if all of them admit it, and is settled to the
+usage the upstream reports. Other paths pass through under request-count
+limits. With no --redis it runs on the embedded in-memory store.
+docs/proxy.md walks through it.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runProxy(cmd.Context(), f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "configuration file, such as examples/proxy.yaml (required)")
+	fl.StringVar(&f.upstream, "upstream", "", "the OpenAI-compatible API to forward to, such as https://api.openai.com (required)")
+	fl.StringVar(&f.upstreamKey, "upstream-key", os.Getenv("TOKENLIMIT_UPSTREAM_KEY"), "api key sent upstream in place of the client's (default $TOKENLIMIT_UPSTREAM_KEY; empty: forward the client's key)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
+	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0, shared by every proxy replica; empty: the embedded store")
+	fl.StringVar(&f.unknownKeys, "unknown-keys", "", "api keys missing from api_keys: reject (401) or default (the default_plan); empty: default when the configuration has a default_plan, else reject")
+	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
+	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
+	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
+	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
+	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
+	return cmd
+}
+
+// runProxy serves the proxy until ctx ends, then shuts down gracefully.
+func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(out, nil))
+	if f.config == "" {
+		return fmt.Errorf("--config: a configuration file is required, such as examples/proxy.yaml: %w", errUsage)
+	}
+	upstream, err := parseUpstream(f.upstream)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		return err
+	}
+	unknown, err := unknownKeysPolicy(f.unknownKeys, cfg)
+	if err != nil {
+		return err
+	}
+	proxies, err := parsePrefixes(f.trustedProxies)
+	if err != nil {
+		return err
+	}
+	store, storeName, closeStore, err := openStore(serveFlags{redis: f.redis, maxKeys: f.maxKeys})
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(cfg, service.Options{
+		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	tok := proxy.NewTokenizer()
+	if err := tok.Preload(proxy.O200kBase, proxy.CL100kBase); err != nil {
+		return err
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.ResponseHeaderTimeout = f.upstreamTimeout
+	p, err := proxy.New(svc, proxy.Options{
+		Upstream: upstream, Transport: transport, UpstreamAPIKey: f.upstreamKey, UnknownKeys: unknown,
+		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, Tokenizer: tok, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	f.upstream = upstream.Redacted() // for the log: no password
+	return serveProxy(ctx, log, f, svc, p, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+func parseUpstream(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if s == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--upstream %q: want the API's base URL, such as https://api.openai.com: %w", s, errUsage)
+	}
+	return u, nil
+}
+
+// unknownKeysPolicy reads --unknown-keys; empty follows the configuration:
+// the default plan if it has one, else 401.
+func unknownKeysPolicy(s string, cfg *config.Config) (proxy.UnknownKeys, error) {
+	switch s {
+	case "reject":
+		return proxy.RejectUnknownKeys, nil
+	case "default":
+		return proxy.DefaultPlanForUnknownKeys, nil
+	case "":
+		if cfg.DefaultPlan != "" {
+			return proxy.DefaultPlanForUnknownKeys, nil
+		}
+		return proxy.RejectUnknownKeys, nil
+	}
+	return 0, fmt.Errorf("--unknown-keys %q: want reject or default: %w", s, errUsage)
+}
+
+// serveProxy serves p (and /metrics if asked) until ctx ends; in-flight
+// calls, streams included, get 30 seconds to finish.
+func serveProxy(ctx context.Context, log *slog.Logger, f proxyFlags, svc *service.Service, p http.Handler, metrics http.Handler) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() { cancel(ignoreClosed(srv.Serve(ln))) }()
+	log.Info("proxying", "addr", ln.Addr().String(), "upstream", f.upstream, "store", svc.Health().Store)
+	if f.metricsListen != "" {
+		mln, err := net.Listen("tcp", f.metricsListen)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics)
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { cancel(ignoreClosed(msrv.Serve(mln))) }()
+		defer msrv.Close()
+		log.Info("serving metrics", "addr", mln.Addr().String())
+	}
+	go watchConfig(ctx, f.config, f.reloadEvery, svc)
+	<-ctx.Done()
+	log.Info("shutting down")
+	shutdownCtx, done := context.WithTimeout(context.Background(), 30*time.Second)
+	defer done()
+	err = srv.Shutdown(shutdownCtx)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
