@@ -229,6 +229,9 @@ func (l Limit) validateBucket() error {
 	if l.Burst < 0 || l.Burst > MaxQuota {
 		return fieldErr("burst", "must be between 0 (meaning quota) and %d, got %d", int64(MaxQuota), l.Burst)
 	}
+	if l.Capacity() <= MaxBucketSpan/l.Period.Microseconds() {
+		return nil // num <= the period in µs: no need for the exact fraction
+	}
 	num, _ := l.Interval()
 	if l.Capacity() > MaxBucketSpan/num {
 		return fieldErr("burst", "burst %d with %d per %s needs more than 53 bits of precision; lower the burst or use a rate that divides the period evenly", l.Capacity(), l.Quota, l.Period)

@@ -13,6 +13,14 @@ import (
 type Limiter struct {
 	store Store
 	now   func() time.Time
+	// single recycles the one-item slices of AllowN, which escape through
+	// the Store interface and would otherwise cost two allocations a call.
+	single sync.Pool
+}
+
+type singleCall struct {
+	items   [1]Item
+	results [1]Result
 }
 
 // Option configures a Limiter.
@@ -31,6 +39,7 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 		return nil, errors.New("tokenlimit: NewLimiter: store is nil")
 	}
 	l := &Limiter{store: store, now: time.Now}
+	l.single.New = func() any { return new(singleCall) }
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -89,11 +98,16 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // AllowN charges cost to key's budget under limit if it fits; cost 0 only
 // reports the budget's state.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, cost int64) (Result, error) {
-	d, err := l.Check(ctx, Item{Key: key, Limit: limit, Cost: cost})
+	call := l.single.Get().(*singleCall)
+	call.items[0] = Item{Key: key, Limit: limit, Cost: cost}
+	_, err := l.store.Check(ctx, l.now(), call.items[:], call.results[:])
+	r := call.results[0]
+	*call = singleCall{} // keep no key alive in the pool
+	l.single.Put(call)
 	if err != nil {
-		return Result{}, err
+		return Result{}, fmt.Errorf("tokenlimit: check: %w", err)
 	}
-	return d.Results[0], nil
+	return r, nil
 }
 
 // Check decides a request against every item at once, all or nothing: each
