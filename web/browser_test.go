@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,9 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/service"
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
@@ -378,6 +382,39 @@ func TestBrowser(t *testing.T) {
 		tb.screenshots("overview")
 	})
 
+	// Five minutes of synthetic history: the chart and the table over a
+	// full window (and the overview picture of docs/dashboard.md).
+	t.Run("overview history", func(t *testing.T) {
+		st := history(time.Now())
+		h := newEnv(t, nil, web.Options{Stats: st}, true)
+		cfg, err := config.Parse([]byte(testConfig), "test.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.svc.Reload(cfg) // version 2, recorded by history
+		hist := httptest.NewServer(h.h)
+		t.Cleanup(hist.Close)
+		tb := openTab(t, browser, hist, "overview", shots)
+		tb.wait(`document.querySelector('#ov-reload').textContent.startsWith('reloaded at')`)
+		tb.wait(`Number(document.querySelector('#ov-table td[data-limit="llm-budget"][data-col="failopen"]').textContent.replace(/,/g, '')) > 0`)
+		points := eval[int](tb, `document.querySelector('#ov-chart polyline').getAttribute('points').split(' ').length`)
+		if points != 300 {
+			t.Errorf("the chart has %d points, want 300 (one per second)", points)
+		}
+		pick := func(limit string) {
+			tb.do(chromedp.Evaluate[chromedp.Void](`{ const s = document.querySelector('#ov-limit'); s.value = '` + limit + `';
+				s.dispatchEvent(new Event('change')); }`))
+		}
+		peak := `document.querySelector('#ov-peak').textContent`
+		all := eval[string](tb, peak)
+		pick("hard-cap")
+		if one := eval[string](tb, peak); one == all {
+			t.Errorf("choosing hard-cap left the chart's scale at %q", one)
+		}
+		pick("")
+		tb.screenshots("overview-history")
+	})
+
 	t.Run("limits", func(t *testing.T) {
 		tb := openTab(t, browser, srv, "limits", shots)
 		tb.wait(`document.querySelectorAll('#lim-table tbody tr').length === 3`)
@@ -406,4 +443,32 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.screenshots("key-inspector")
 	})
+}
+
+// history returns Stats holding five minutes of made-up traffic ending at
+// now: a daily-looking wave of allowed requests on llm-budget with a burst
+// of denials, a store outage answered fail-open, hard-cap denials and
+// shadow denials, and a configuration reload.
+func history(now time.Time) *service.Stats {
+	st := &service.Stats{}
+	outcome := func(name string, allowed, shadow, failOpen bool) service.Outcome {
+		return service.Outcome{Name: name, Shadow: shadow, FailOpen: failOpen, Result: tokenlimit.Result{Allowed: allowed}}
+	}
+	for s := range service.StatsSeconds {
+		at := now.Add(time.Duration(s-service.StatsSeconds+1) * time.Second)
+		wave := 30 + int(20*math.Sin(float64(s)/25))
+		outage := s >= 240 && s < 255
+		for i := range wave {
+			d := service.Decision{At: at, Limits: []service.Outcome{outcome("llm-budget", !(s >= 150 && s < 180 && i%3 == 0), false, outage)}}
+			if i%4 == 0 {
+				d.Limits = append(d.Limits, outcome("watch", i%8 != 0, true, false))
+			}
+			st.Record(d, time.Duration(40+i)*time.Microsecond)
+		}
+		for i := range 7 + int(3*math.Sin(float64(s)/9)) {
+			st.Record(service.Decision{At: at, Limits: []service.Outcome{outcome("hard-cap", !(s >= 60 && s < 90 && i > 4), false, false)}}, 50*time.Microsecond)
+		}
+	}
+	st.RecordReload(now.Add(-2*time.Minute), 2, nil)
+	return st
 }
