@@ -339,7 +339,8 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		}
 		c.req.Cost = max(c.est.Total(), 1)
 	}
-	d, hold, err := p.svc.ReserveHold(r.Context(), c.req, opts)
+	// A client that leaves mid-decision must not count as a store failure.
+	d, hold, err := p.svc.ReserveHold(context.WithoutCancel(r.Context()), c.req, opts)
 	switch {
 	case errors.Is(err, service.ErrInvalidRequest):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -424,6 +425,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		return
 	}
 	pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
+	pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
 	pr.Out.ContentLength = int64(len(c.body))
 	// Let the transport negotiate compression and undo it, so that the
 	// proxy reads the usage of plain text.

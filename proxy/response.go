@@ -71,12 +71,19 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	case resp.StatusCode >= http.StatusBadRequest:
 		p.settle(c, 0, Refunded)
 		p.setHeadersAfterSettle(resp.Header, c)
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// An upgraded connection (a websocket) is the client's from now
+		// on: its slot is released at once.
+		p.setRateHeaders(resp.Header, c.decision)
+		p.settle(c, 0, Released)
 	case c.kind == Passthrough:
 		p.setRateHeaders(resp.Header, c.decision)
 		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, 0, Released) }}
 	case isEventStream(resp.Header):
 		p.setRateHeaders(resp.Header, c.decision)
 		resp.Body = newEventStream(p, c, resp.Body)
+		resp.ContentLength = -1 // the proxy may drop a chunk
+		resp.Header.Del("Content-Length")
 	default:
 		return p.settleWhole(resp, c)
 	}

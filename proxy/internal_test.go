@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestKindOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		method, path string
+		want         Kind
+	}{
+		{"POST", "/v1/chat/completions", Chat},
+		{"POST", "/v1/completions", Completions},
+		{"POST", "/v1/embeddings", Embeddings},
+		{"POST", "/v1/responses", Responses},
+		{"POST", "/openai/deployments/gpt-4o/chat/completions/", Chat},
+		{"GET", "/v1/chat/completions", Passthrough},
+		{"GET", "/v1/responses/resp_1", Passthrough},
+		{"POST", "/v1/audio/transcriptions", Passthrough},
+		{"GET", "/v1/models", Passthrough},
+	} {
+		if got := KindOf(tt.method, tt.path); got != tt.want {
+			t.Errorf("KindOf(%s %s) = %s, want %s", tt.method, tt.path, got, tt.want)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{"sk-demo-alice-0001": "sk-...0001", "short-key": "***", "": "***"} {
+		if got := Redact(key); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+func TestCeilMillis(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0: "0s", time.Nanosecond: "1ms", 2970 * time.Millisecond: "2.97s", 6 * time.Minute: "6m0s",
+		59700*time.Millisecond + 1: "59.701s",
+	} {
+		if got := ceilMillis(d).String(); got != want {
+			t.Errorf("ceilMillis(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestClientIP(t *testing.T) {
+	t.Parallel()
+	p := &Proxy{opts: Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}}
+	for _, tt := range []struct {
+		remote, xff, want string
+	}{
+		{"192.0.2.7:5000", "", "192.0.2.7"},
+		{"192.0.2.7:5000", "203.0.113.9", "192.0.2.7"},                          // an untrusted peer's header is ignored
+		{"10.1.2.3:5000", "203.0.113.9", "203.0.113.9"},                         // a trusted proxy's is believed
+		{"10.1.2.3:5000", "198.51.100.1, 203.0.113.9, 10.9.9.9", "203.0.113.9"}, // rightmost untrusted hop
+		{"10.1.2.3:5000", "", "10.1.2.3"},
+		{"10.1.2.3:5000", "garbage, 10.2.2.2", "10.2.2.2"}, // stops at what it cannot read
+		{"[::1]:5000", "2001:db8::5", "2001:db8::5"},
+		{"[::ffff:192.0.2.7]:5000", "", "192.0.2.7"},
+	} {
+		r := &http.Request{RemoteAddr: tt.remote, Header: http.Header{}}
+		if tt.xff != "" {
+			r.Header.Set("X-Forwarded-For", tt.xff)
+		}
+		if got := p.clientIP(r); got != tt.want {
+			t.Errorf("clientIP(%s, XFF %q) = %s, want %s", tt.remote, tt.xff, got, tt.want)
+		}
+	}
+}
+
+func TestWithIncludeUsageKeepsTheRest(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"<a&b>"}]}`: `{"messages":[{"role":"user","content":"<a&b>"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`,
+		`{"stream":true,"stream_options":{"include_obfuscation":false}}`:             `{"stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`,
+		`{"stream":true,"stream_options":null}`:                                      `{"stream":true,"stream_options":{"include_usage":true}}`,
+	} {
+		got, err := withIncludeUsage([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		_ = json.Unmarshal(got, &g)
+		_ = json.Unmarshal([]byte(want), &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("withIncludeUsage(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestEstimate(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		kind       Kind
+		body       string
+		prompt     int64
+		completion int64
+		set        bool
+	}{
+		{"chat n=3 max_completion_tokens", Chat, `{"model":"gpt-4o","n":3,"max_completion_tokens":50,"messages":[{"role":"user","content":"Say hello"}]}`, 9, 150, true},
+		{"chat parts and tool calls", Chat, `{"model":"gpt-4o","max_tokens":0,"messages":[{"role":"user","content":[{"type":"text","text":"Say hello"},{"type":"image_url","image_url":{"url":"x"}}]},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get","arguments":"{}"}}]}]}`, 3 + 3 + 1 + 2 + 3 + 1 + 1 + 1, 0, true},
+		{"chat default", Chat, `{"model":"gpt-4o","messages":[]}`, 3, 1000, false},
+		{"legacy completions default 16", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":["hello world","tokens"]}`, 3, 16, false},
+		{"legacy completions token ids", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":[1,2,3,4],"max_tokens":5}`, 4, 5, true},
+		{"embeddings token arrays", Embeddings, `{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, 3, 0, false},
+		{"responses items", Responses, `{"model":"gpt-4o","input":[{"role":"user","content":"Say hello"},{"type":"function_call_output","call_id":"c","output":"42"}],"max_output_tokens":7}`, 3 + (3 + 1 + 2) + (3 + 1), 7, true},
+	} {
+		e, err := tokenizer.estimate(tt.kind, []byte(tt.body), 1000)
+		if err != nil || e.Prompt != tt.prompt || e.Completion != tt.completion || e.CompletionSet != tt.set {
+			t.Errorf("%s: %+v, %v; want prompt %d, completion %d (set %v)", tt.name, e, err, tt.prompt, tt.completion, tt.set)
+		}
+	}
+	for _, body := range []string{`not json`, `{"messages":"x"}`, `{"messages":[{"content":{"a":1}}]}`, `{"input":{"a":1}}`} {
+		kind := Chat
+		if strings.Contains(body, "input") {
+			kind = Embeddings
+		}
+		var bad *errBadBody
+		if _, err := tokenizer.estimate(kind, []byte(body), 1000); !errors.As(err, &bad) {
+			t.Errorf("estimate(%s) = %v, want a bad body", body, err)
+		}
+	}
+}
+
+// chunked is an upstream body that returns its parts one Read at a time,
+// then err.
+type chunked struct {
+	parts []string
+	err   error
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.parts) == 0 {
+		return 0, c.err
+	}
+	n := copy(p, c.parts[0])
+	if c.parts[0] = c.parts[0][n:]; c.parts[0] == "" {
+		c.parts = c.parts[1:]
+	}
+	return n, nil
+}
+
+func (c *chunked) Close() error { return nil }
+
+// TestEventStreamFraming: events split anywhere across reads, CRLF lines,
+// lines longer than the read buffer, comments, a last event without its
+// blank line; the stripped usage chunk; and the forwarded text.
+func TestEventStreamFraming(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 10000)
+	parts := []string{
+		": keep-alive\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hel",
+		"lo\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"" + long + "\"}}]}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n",
+		"data: [DONE]",
+	}
+	var settled []Settlement
+	p := &Proxy{tok: tokenizer, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
+	c := &call{kind: Chat, injected: true, est: Estimate{Model: "gpt-4o", Prompt: 5}}
+	s := newEventStream(p, c, &chunked{parts: append([]string(nil), parts...), err: io.EOF})
+	got, err := io.ReadAll(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ": keep-alive\n\n" + "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\r\n\r\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"" + long + "\"}}]}\n\n" + "data: [DONE]"
+	if string(got) != want {
+		t.Errorf("the client got %q...; want the events less the usage chunk", string(got)[:min(len(got), 200)])
+	}
+	if s.forwarded.String() != "Hello"+long {
+		t.Errorf("forwarded text %q..., want Hello and the long word", s.forwarded.String()[:20])
+	}
+	s.Close()
+	if len(settled) != 1 || settled[0].Actual != 7 || settled[0].Basis != ByUsage {
+		t.Errorf("settled %+v, want 7 by usage", settled)
+	}
+
+	// Cut mid-event: the partial event is dropped, and only what the
+	// client was handed before counts.
+	settled = nil
+	c = &call{kind: Chat, est: Estimate{Model: "gpt-4o", Prompt: 5}}
+	s = newEventStream(p, c, &chunked{parts: []string{parts[1], parts[2][:20]}, err: io.ErrUnexpectedEOF})
+	got, err = io.ReadAll(s)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || string(got) != "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\r\n\r\n" {
+		t.Errorf("cut stream: %q, %v", got, err)
+	}
+	s.Close()
+	if len(settled) != 1 || settled[0].Actual != 5+1 || settled[0].Basis != ByCount {
+		t.Errorf("cut stream settled %+v, want 5 + 1 (Hello), counted", settled)
+	}
+}
