@@ -1,0 +1,181 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/proxy"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// benchConfig is examples/proxy.yaml's shape with budgets no benchmark
+// exhausts.
+const benchConfig = `
+limits:
+  - {name: tokens-per-key-model, key: [api_key, model], algorithm: token_bucket, capacity: 1000000000, refill: 1000000000/min, cost: request}
+  - {name: requests-per-key, key: [api_key], algorithm: token_bucket, capacity: 100000000, refill: 100000000/min, cost: 1}
+  - {name: in-flight-per-key, key: [api_key], algorithm: concurrency, limit: 1000, lease: 10m}
+`
+
+// prompt2000 is a prompt of 2,000 tokens under o200k_base.
+var prompt2000 = func() string {
+	words := strings.Fields(`Rate limits protect an API from overload and share its capacity fairly between
+		its users. A token bucket admits bursts up to its capacity and refills at a steady rate, while a
+		sliding window counts what each user consumed over the last minute. For language models the cost
+		of a call is the number of tokens it reads and writes, known exactly only once the call is over.`)
+	var sb strings.Builder
+	for i := 0; ; i++ {
+		next := sb.String() + " " + words[i%len(words)]
+		if n, _ := proxy.TestTokenizer.Count("gpt-4o", next); n > 2000 {
+			return sb.String()
+		}
+		sb.WriteString(" " + words[i%len(words)])
+	}
+}()
+
+// BenchmarkTokenize counts a 2,000-token prompt; ns/1k-tokens is the cost
+// per 1,000 tokens.
+func BenchmarkTokenize(b *testing.B) {
+	for _, model := range []string{"gpt-4o", "gpt-4"} {
+		b.Run(model, func(b *testing.B) {
+			n, _ := proxy.TestTokenizer.Count(model, prompt2000)
+			for b.Loop() {
+				_, _ = proxy.TestTokenizer.Count(model, prompt2000)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n)*1000, "ns/1k-tokens")
+			b.ReportMetric(float64(n), "tokens")
+		})
+	}
+}
+
+// benchEnv is a proxy in front of the fake upstream, on a real clock.
+type benchEnv struct {
+	up, proxied *httptest.Server
+	client      *http.Client
+}
+
+func newBenchEnv(b *testing.B, store string) *benchEnv {
+	cfg, err := config.Parse([]byte(benchConfig), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := service.Options{Logger: quiet}
+	switch store {
+	case "memory":
+		opts.Store, _ = memstore.New(memstore.Options{})
+	case "redis":
+		srv := redistest.Start(b)
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		b.Cleanup(func() { client.Close() })
+		var st tokenlimit.Store
+		if st, err = redisstore.New(goredisclient.New(client), redisstore.Options{}); err != nil {
+			b.Fatal(err)
+		}
+		opts.Store, opts.Remote = st, true
+	}
+	svc, err := service.New(cfg, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := &benchEnv{up: httptest.NewServer(newFakeUpstream())}
+	b.Cleanup(e.up.Close)
+	u, _ := url.Parse(e.up.URL)
+	p, err := proxy.New(svc, proxy.Options{Upstream: u, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.proxied = httptest.NewServer(p)
+	b.Cleanup(e.proxied.Close)
+	e.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	return e
+}
+
+// call posts body to base's chat completions and returns the time to the
+// first byte of the body and to its end.
+func (e *benchEnv) call(b *testing.B, base, body string) (ttfb, total time.Duration) {
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-bench-0001")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.Peek(1); err != nil {
+		b.Fatal(err)
+	}
+	ttfb = time.Since(start)
+	_, _ = io.Copy(io.Discard, br)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+	return ttfb, time.Since(start)
+}
+
+// BenchmarkProxyOverhead calls the fake upstream directly and through the
+// proxy, alternately, with a 2,000-token prompt, and reports each one's
+// p50/p99 latency and the proxy's added p50/p99 (proxied minus direct, per
+// percentile); for streams the time to first byte (ttfb). The added time
+// includes counting the prompt (BenchmarkTokenize).
+func BenchmarkProxyOverhead(b *testing.B) {
+	msg, _ := json.Marshal(prompt2000)
+	for _, store := range []string{"memory", "redis"} {
+		for _, stream := range []bool{false, true} {
+			name := store + "/" + map[bool]string{false: "plain", true: "stream"}[stream]
+			b.Run(name, func(b *testing.B) {
+				e := newBenchEnv(b, store)
+				body := `{"model":"gpt-4o","max_tokens":100,"stream":` + map[bool]string{false: "false", true: "true"}[stream] +
+					`,"messages":[{"role":"user","content":` + string(msg) + `}]}`
+				e.call(b, e.up.URL, body) // warm connections
+				e.call(b, e.proxied.URL, body)
+				var direct, proxied []time.Duration
+				for b.Loop() {
+					dt, d := e.call(b, e.up.URL, body)
+					pt, p := e.call(b, e.proxied.URL, body)
+					if stream {
+						d, p = dt, pt
+					}
+					direct, proxied = append(direct, d), append(proxied, p)
+				}
+				what := "latency"
+				if stream {
+					what = "ttfb"
+				}
+				dp50, dp99 := percentiles(direct)
+				pp50, pp99 := percentiles(proxied)
+				b.ReportMetric(us(dp50), "direct-p50-"+what+"-µs")
+				b.ReportMetric(us(dp99), "direct-p99-"+what+"-µs")
+				b.ReportMetric(us(pp50), "proxied-p50-"+what+"-µs")
+				b.ReportMetric(us(pp99), "proxied-p99-"+what+"-µs")
+				b.ReportMetric(us(pp50-dp50), "added-p50-µs")
+				b.ReportMetric(us(pp99-dp99), "added-p99-µs")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+func percentiles(d []time.Duration) (p50, p99 time.Duration) {
+	slices.Sort(d)
+	return d[len(d)*50/100], d[min(len(d)-1, len(d)*99/100)]
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
