@@ -203,12 +203,6 @@ func (a *api) serviceError(ctx context.Context, op string, err error, single boo
 	switch {
 	case errors.Is(err, service.ErrUnknownReservation):
 		return &apiError{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, or it expired and simply stands"}
-	case errors.Is(err, service.ErrInvalidRequest):
-		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
-		if single {
-			field = strings.TrimPrefix(field, "requests[0].")
-		}
-		return badRequest(field, "%s", reason)
 	case errors.As(err, &fe):
 		// The engine refused the limits the descriptors selected, such as a
 		// key too long or too many limits at once.
@@ -217,6 +211,12 @@ func (a *api) serviceError(ctx context.Context, op string, err error, single boo
 			field = "descriptors"
 		}
 		return badRequest(field, "the selected limits cannot be checked: %s", fe.Error())
+	case errors.Is(err, service.ErrInvalidRequest):
+		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
+		if single {
+			field = strings.TrimPrefix(field, "requests[0].")
+		}
+		return badRequest(field, "%s", reason)
 	}
 	a.log.ErrorContext(ctx, "service call failed", "op", op, "error", scrubbed(err))
 	return &apiError{Status: http.StatusServiceUnavailable, Message: "the rate-limit store failed; retry later"}
