@@ -35,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
 )
 
 type config struct {
@@ -117,12 +119,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := startServer(cfg.redisServer)
+	srv, err := redisserver.Start(cfg.redisServer)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
-	c, err := newClients(ctx, srv.addr)
+	defer srv.Stop()
+	c, err := newClients(ctx, srv.Addr())
 	if err != nil {
 		return err
 	}
@@ -139,7 +141,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
-	progress("redis-server on %s; %d run(s)", srv.addr, cfg.runs)
+	progress("redis-server on %s; %d run(s)", srv.Addr(), cfg.runs)
 
 	w := &report{out: stdout}
 	w.header(cfg, machine(cfg.redisServer))

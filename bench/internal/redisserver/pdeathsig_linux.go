@@ -1,11 +1,11 @@
-package main
+package redisserver
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// killWithParent makes Linux kill redis-server if this tool dies without
+// killWithParent makes Linux kill redis-server if the tool dies without
 // stopping it.
 func killWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

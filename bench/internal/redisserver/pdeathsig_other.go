@@ -1,9 +1,9 @@
 //go:build !linux
 
-package main
+package redisserver
 
 import "os/exec"
 
-// killWithParent does nothing outside Linux: the tool stops its server on
+// killWithParent does nothing outside Linux: the tools stop their server on
 // every normal exit and on interrupt.
 func killWithParent(*exec.Cmd) {}

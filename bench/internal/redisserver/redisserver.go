@@ -1,4 +1,7 @@
-package main
+// Package redisserver starts a throwaway redis-server for the bench tools:
+// a child process on a free 127.0.0.1 port (never 6379, never a system
+// Redis), no persistence, its working directory in a temporary folder.
+package redisserver
 
 import (
 	"bufio"
@@ -15,20 +18,18 @@ import (
 	"time"
 )
 
-// server is the throwaway redis-server this tool runs its measurements on:
-// a child process on a free 127.0.0.1 port (never 6379, never a system
-// Redis), no persistence, its working directory in a temporary folder.
-type server struct {
+// Server is one running redis-server.
+type Server struct {
 	cmd  *exec.Cmd
 	dir  string
 	addr string
 	done chan struct{}
 }
 
-// startServer starts bin on a free loopback port and waits until it
-// answers PING (up to 15 s).
-func startServer(bin string) (*server, error) {
-	dir, err := os.MkdirTemp("", "loadcompare-redis-")
+// Start starts bin on a free loopback port and waits until it answers
+// (up to 15 s). extra arguments are appended to the command line.
+func Start(bin string, extra ...string) (*Server, error) {
+	dir, err := os.MkdirTemp("", "bench-redis-")
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func startServer(bin string) (*server, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &server{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
+		s := &Server{dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
 		s.cmd = exec.Command(bin,
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -49,6 +50,7 @@ func startServer(bin string) (*server, error) {
 			"--daemonize", "no",
 			"--logfile", "redis.log",
 		)
+		s.cmd.Args = append(s.cmd.Args, extra...)
 		s.cmd.Dir = dir
 		killWithParent(s.cmd)
 		if err := s.cmd.Start(); err != nil {
@@ -82,7 +84,7 @@ func freePort() (int, error) {
 
 // waitReady polls PING until the server answers, and checks that the
 // answer comes from our process.
-func (s *server) waitReady() error {
+func (s *Server) waitReady() error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		select {
@@ -90,7 +92,7 @@ func (s *server) waitReady() error {
 			return errors.New("redis-server exited")
 		default:
 		}
-		info, err := s.do("INFO", "server")
+		info, err := s.Do("INFO", "server")
 		if err == nil {
 			if !strings.Contains(info, "process_id:"+strconv.Itoa(s.cmd.Process.Pid)+"\r\n") {
 				return errors.New("another process answers on " + s.addr)
@@ -104,9 +106,15 @@ func (s *server) waitReady() error {
 	}
 }
 
-// do sends one command on a fresh connection and returns a bulk or simple
-// string reply; enough for INFO during start-up.
-func (s *server) do(args ...string) (string, error) {
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Do sends one command on a fresh connection and returns a bulk or simple
+// string reply; enough for INFO and CONFIG.
+func (s *Server) Do(args ...string) (string, error) {
 	conn, err := net.DialTimeout("tcp", s.addr, time.Second)
 	if err != nil {
 		return "", err
@@ -143,14 +151,14 @@ func (s *server) do(args ...string) (string, error) {
 	return "", fmt.Errorf("reply %q", strings.TrimSpace(line))
 }
 
-// stop stops the server (SIGTERM, then SIGKILL after 10 s) and removes its
+// Stop stops the server (SIGTERM, then SIGKILL after 10 s) and removes its
 // directory.
-func (s *server) stop() {
+func (s *Server) Stop() {
 	s.stopProcess()
 	os.RemoveAll(s.dir)
 }
 
-func (s *server) stopProcess() {
+func (s *Server) stopProcess() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
