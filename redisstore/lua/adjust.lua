@@ -19,10 +19,6 @@ for i = 1, n do
   else
     tb_adjust(KEYS[k], p1, p2, p3, now, delta, pad)
   end
-  if alg == SLIDING_LOG then
-    k = k + 2
-  else
-    k = k + 1
-  end
+  k = k + key_count(alg)
 end
 return { now }

@@ -30,11 +30,7 @@ for i = 1, (#ARGV - 2) / 5 do
   if cost > 0 and state then
     charges[#charges + 1] = { i, alg, k, p1, p2, p3, cost, state, reset }
   end
-  if alg == SLIDING_LOG then
-    k = k + 2
-  else
-    k = k + 1
-  end
+  k = k + key_count(alg)
   local r = 1 + (i - 1) * 5
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok, big, rem, retry, reset
 end

@@ -61,6 +61,14 @@ local MAX_FIXED_COUNT = 2199023255552 -- 2^41
 local MAX_SLIDING_COUNT = 8589934592 -- 2^33
 local MAX_DEBT = 2251799813685248 -- 2^51, algo.MaxDebt
 
+-- How many KEYS an item of algorithm alg takes: a sliding log has two.
+local function key_count(alg)
+  if alg == SLIDING_LOG then
+    return 2
+  end
+  return 1
+end
+
 -- The decision time: the caller's (a decimal string of µs) or the server's.
 local function clock(arg)
   if arg ~= '' then
