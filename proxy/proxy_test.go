@@ -362,6 +362,15 @@ func TestUnknownKeys(t *testing.T) {
 		}
 		def.waitSettled()
 		assertUsed(t, def.used("sk-unknown-key-123456", "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "plan-free-daily": 40, "plan-free-monthly": 40})
+		// A call without a key shares the budgets of proxy.AnonymousKey.
+		if resp, _ := def.post("/v1/chat/completions", "", chatBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("no key, default plan: status %d", resp.StatusCode)
+		}
+		def.waitSettled()
+		assertUsed(t, def.used(proxy.AnonymousKey, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "plan-free-daily": 40})
+		if calls := def.up.Calls(); calls[len(calls)-1].Authorization != "" {
+			t.Errorf("a call without a key reached the upstream with Authorization %q", calls[len(calls)-1].Authorization)
+		}
 	})
 }
 
@@ -433,4 +442,20 @@ func count(t *testing.T, model, text string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestUpstreamKeyReplacesTheClients: with Options.UpstreamAPIKey the
+// upstream sees only the proxy's key; the client's key still selects its
+// limits.
+func TestUpstreamKeyReplacesTheClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "memory", withOptions(func(o *proxy.Options) { o.UpstreamAPIKey = "sk-upstream-only" }))
+	if resp, _ := e.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	e.waitSettled()
+	if calls := e.up.Calls(); calls[0].Authorization != "Bearer sk-upstream-only" {
+		t.Errorf("the upstream got Authorization %q, want the proxy's key", calls[0].Authorization)
+	}
+	assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40})
 }
