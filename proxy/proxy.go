@@ -178,9 +178,23 @@ func New(svc *service.Service, opts Options) (*Proxy, error) {
 		ErrorHandler:   p.upstreamFailed,
 		Transport:      opts.Transport,
 		ErrorLog:       slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		BufferPool:     &bufferPool{},
 	}
 	return p, nil
 }
+
+// bufferPool recycles the reverse proxy's 32 KiB copy buffers, which it
+// would otherwise allocate for every response.
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
 
 func withDefaults(o Options) Options {
 	if o.Transport == nil {
