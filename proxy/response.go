@@ -59,7 +59,7 @@ func withIncludeUsage(body []byte) ([]byte, error) {
 }
 
 // modifyResponse settles what it can before the response headers go out:
-// an error status is refunded; a plain response is read whole and settled
+// an error status (or a redirect) is refunded; a plain response is read whole and settled
 // to its usage, so that its x-ratelimit-remaining-* headers show the real
 // cost. A stream, and a passthrough's body, settle when they end.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
@@ -68,14 +68,16 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	switch {
-	case resp.StatusCode >= http.StatusBadRequest:
-		p.settle(c, 0, Refunded)
-		p.setHeadersAfterSettle(resp.Header, c)
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// An upgraded connection (a websocket) is the client's from now
 		// on: its slot is released at once.
 		p.setRateHeaders(resp.Header, c.decision)
 		p.settle(c, 0, Released)
+	case resp.StatusCode >= http.StatusMultipleChoices && c.kind != Passthrough:
+		// An error, or a redirect the client may follow: this call ran
+		// nothing upstream.
+		p.settle(c, 0, Refunded)
+		p.setHeadersAfterSettle(resp.Header, c)
 	case c.kind == Passthrough:
 		p.setRateHeaders(resp.Header, c.decision)
 		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, 0, Released) }}
