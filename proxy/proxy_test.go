@@ -459,3 +459,35 @@ func TestUpstreamKeyReplacesTheClients(t *testing.T) {
 	}
 	assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40})
 }
+
+// TestInFlightSlotsComeBackAfterTheirLease: slots whose holders never
+// release them (as after a crash) are free again once their 10-minute lease
+// ends.
+func TestInFlightSlotsComeBackAfterTheirLease(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		gate := make(chan struct{})
+		e.up.set(func(b *behaviour) { b.Gate = gate })
+		stream := `{"model":"gpt-4o","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`
+		var open []*http.Response
+		for range 3 {
+			open = append(open, e.send(context.Background(), http.MethodPost, "/v1/chat/completions", alice, stream))
+		}
+		if resp, _ := e.post("/v1/embeddings", alice, `{"model":"text-embedding-3-small","input":"hi"}`); resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("with 3 in flight: status %d, want 429", resp.StatusCode)
+		}
+		e.clock.Advance(10*time.Minute + time.Millisecond)
+		if resp, _ := e.post("/v1/embeddings", alice, `{"model":"text-embedding-3-small","input":"hi"}`); resp.StatusCode != http.StatusOK {
+			t.Errorf("after the leases ended: status %d, want 200", resp.StatusCode)
+		}
+		e.waitSettled()
+		close(gate)
+		for _, r := range open {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			e.waitSettled()
+		}
+		assertUsed(t, e.used(alice, ""), map[string]int64{"in-flight-per-key": 0})
+	})
+}
