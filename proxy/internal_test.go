@@ -87,6 +87,8 @@ func TestWithIncludeUsageKeepsTheRest(t *testing.T) {
 		`{"model":"m","stream":true,"messages":[{"role":"user","content":"<a&b>"}]}`: `{"messages":[{"role":"user","content":"<a&b>"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}`,
 		`{"stream":true,"stream_options":{"include_obfuscation":false}}`:             `{"stream":true,"stream_options":{"include_obfuscation":false,"include_usage":true}}`,
 		`{"stream":true,"stream_options":null}`:                                      `{"stream":true,"stream_options":{"include_usage":true}}`,
+		` { }`:                                                                       `{"stream_options":{"include_usage":true}}`,
+		"{\n \"stream\": true}":                                                      `{"stream":true,"stream_options":{"include_usage":true}}`,
 	} {
 		got, err := withIncludeUsage([]byte(in))
 		if err != nil {

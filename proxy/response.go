@@ -38,8 +38,17 @@ func (u usage) total() int64 {
 }
 
 // withIncludeUsage returns body with stream_options.include_usage set, its
-// other fields and stream options kept.
+// other fields and stream options kept. A body without stream_options gets
+// them inserted as they are, its bytes otherwise untouched.
 func withIncludeUsage(body []byte) ([]byte, error) {
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.Contains(body, []byte(`"stream_options"`)) {
+		out := make([]byte, 0, len(trimmed)+40)
+		out = append(out, `{"stream_options":{"include_usage":true}`...)
+		if rest := bytes.TrimLeft(trimmed[1:], " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+			out = append(out, ',')
+		}
+		return append(out, trimmed[1:]...), nil
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, err
