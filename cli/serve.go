@@ -31,6 +31,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/web"
 )
 
 // serveFlags are serve's options.
@@ -99,8 +100,12 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, Stats: svc.Stats(), Done: ctx.Done()})
+	if err != nil {
+		return err
+	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminToken: f.adminToken, TrustedProxies: proxies, Logger: log,
+		AdminToken: f.adminToken, TrustedProxies: proxies, Logger: log, Dashboard: dashboard,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {

@@ -20,7 +20,13 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 echo "==> $(redis-server --version)"
 
-# --- Chromium: a later issue installs it here, for the browser tests. ---
+# Chromium: the dashboard's browser tests (web/browser_test.go) drive it headless.
+if [ ! -x /usr/bin/chromium ]; then
+	echo "==> /usr/bin/chromium missing: installing it (apt-get install chromium)"
+	as_root apt-get update
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+fi
+echo "==> $(/usr/bin/chromium --version 2>/dev/null)"
 
 echo "==> go vet ./..."
 go vet ./...

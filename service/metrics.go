@@ -17,6 +17,7 @@ type metrics struct {
 	storeErrors prometheus.Counter
 	breaker     prometheus.Gauge
 	reloads     *prometheus.CounterVec
+	stats       Stats // live per-second counts for the dashboard (stats.go)
 }
 
 // nearLimitShare: an allowed decision leaving less than this share of the
@@ -68,6 +69,7 @@ func (m *metrics) breakerChanged(s breaker.State) {
 
 // observe counts a decision per limit.
 func (m *metrics) observe(d Decision, took time.Duration) {
+	m.stats.Record(d, took)
 	if took > 0 {
 		m.latency.Observe(took.Seconds())
 	}

@@ -124,6 +124,7 @@ func (s *Service) Reload(cfg *config.Config) {
 	old := s.rules.Load()
 	s.rules.Store(compile(cfg, old.version+1))
 	s.metrics.reloads.WithLabelValues("ok").Inc()
+	s.metrics.stats.RecordReload(s.opts.Clock(), old.version+1, nil)
 	s.log.Info("configuration reloaded", "source", cfg.Source, "version", old.version+1, "limits", len(cfg.Limits))
 }
 
@@ -131,8 +132,12 @@ func (s *Service) Reload(cfg *config.Config) {
 // keep running.
 func (s *Service) ReloadFailed(source string, err error) {
 	s.metrics.reloads.WithLabelValues("error").Inc()
+	s.metrics.stats.RecordReload(s.opts.Clock(), s.ConfigVersion(), err)
 	s.log.Error("configuration rejected, keeping the running limits", "source", source, "error", err)
 }
+
+// Stats returns the live per-second counts of decisions, for the dashboard.
+func (s *Service) Stats() *Stats { return &s.metrics.stats }
 
 // ConfigVersion returns the version of the limits in force: 1 at start, one
 // more per reload.
@@ -160,7 +165,6 @@ func (s *Service) Health() Health {
 	st := s.breaker.State()
 	return Health{Store: s.opts.StoreName, Breaker: st.String(), Degraded: st != breaker.Closed}
 }
-
 
 // Request is one set of descriptors to check, with the request's own cost.
 type Request struct {
