@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/server/httpapi"
+	"github.com/tokenlimit/tokenlimit/server/rlsv3"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// target is one running tokenlimit service under test, on loopback.
+type target struct {
+	httpAddr  string
+	grpcAddr  string
+	pprofAddr string // empty when the target serves no pprof
+	pid       int    // the child's process id; 0 in process
+	stop      func() error
+}
+
+// buildBinary builds cmd/tokenlimit of the repository at repo into dir and
+// returns its path.
+func buildBinary(ctx context.Context, repo, dir string) (string, error) {
+	bin := filepath.Join(dir, "tokenlimit")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tokenlimit")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/tokenlimit in %s: %w\n%s", repo, err, out)
+	}
+	return bin, nil
+}
+
+// startChild runs `tokenlimit serve` as a child process with HTTP, gRPC and
+// pprof on free loopback ports, and learns the ports from its log. With
+// redisURL empty it serves the embedded store.
+func startChild(ctx context.Context, bin, configPath, redisURL string) (*target, error) {
+	args := []string{"serve", "--config", configPath, "--reload-every", "0",
+		"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--pprof-listen", "127.0.0.1:0"}
+	if redisURL != "" {
+		args = append(args, "--redis", redisURL)
+	}
+	cmd := exec.Command(bin, args...)
+	killWithParent(cmd)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	done := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(done) }()
+
+	// The service logs one JSON line per listener; after them, the log is
+	// drained (denials are logged at info) so that the child never blocks.
+	addrs := make(chan map[string]string, 1)
+	go func() {
+		found := map[string]string{}
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if found == nil {
+				continue
+			}
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Addr == "" {
+				continue
+			}
+			switch {
+			case line.Msg == "serving HTTP":
+				found["http"] = line.Addr
+			case strings.HasPrefix(line.Msg, "serving gRPC"):
+				found["grpc"] = line.Addr
+			case line.Msg == "serving pprof":
+				found["pprof"] = line.Addr
+			}
+			if len(found) == 3 {
+				addrs <- found
+				found = nil
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	stop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			return errors.New("tokenlimit serve did not stop within 15s of SIGTERM")
+		}
+		var exit *exec.ExitError
+		if errors.As(waitErr, &exit) && !exit.Exited() {
+			return nil // killed by our signal before its handler ran
+		}
+		if waitErr != nil {
+			return fmt.Errorf("tokenlimit serve: %w\n%s", waitErr, stderr.Bytes())
+		}
+		return nil
+	}
+	select {
+	case a := <-addrs:
+		t := &target{httpAddr: a["http"], grpcAddr: a["grpc"], pprofAddr: a["pprof"], pid: cmd.Process.Pid, stop: stop}
+		return t, waitHTTP(ctx, t.httpAddr)
+	case <-done:
+		return nil, fmt.Errorf("tokenlimit serve exited at start: %v\n%s", waitErr, stderr.Bytes())
+	case <-time.After(30 * time.Second):
+		_ = stop()
+		return nil, fmt.Errorf("tokenlimit serve did not log its addresses within 30s\n%s", stderr.Bytes())
+	case <-ctx.Done():
+		_ = stop()
+		return nil, ctx.Err()
+	}
+}
+
+// waitHTTP waits until GET /healthz answers 200.
+func waitHTTP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET /healthz: %s", resp.Status)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startInProcess builds the service like cli/serve.go does (service.New,
+// httpapi.New on an HTTP server, rlsv3.Register on a gRPC server, the
+// embedded store or rueidis onto redisAddr), on free loopback ports of this
+// process. Logs go, as JSON at info level, to io.Discard.
+func startInProcess(cfg *config.Config, redisAddr string) (*target, error) {
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	var (
+		store      tokenlimit.Store
+		storeName  = "memory"
+		closeStore = func() {}
+	)
+	if redisAddr == "" {
+		st, err := memstore.New(memstore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		store = st
+	} else {
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true})
+		if err != nil {
+			return nil, err
+		}
+		st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{})
+		if err != nil {
+			client.Close()
+			return nil, err
+		}
+		store, storeName, closeStore = st, "redis", client.Close
+	}
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(cfg, service.Options{
+		Store: store, StoreName: storeName, Remote: redisAddr != "", StoreTimeout: 50 * time.Millisecond,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	handler, err := httpapi.New(svc, httpapi.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})})
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeStore()
+		return nil, err
+	}
+	grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		httpLn.Close()
+		closeStore()
+		return nil, err
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	grpcSrv := grpc.NewServer()
+	if err := rlsv3.Register(grpcSrv, svc, rlsv3.Options{Logger: log}); err != nil {
+		httpLn.Close()
+		grpcLn.Close()
+		closeStore()
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = httpSrv.Serve(httpLn) })
+	wg.Go(func() { _ = grpcSrv.Serve(grpcLn) })
+	stop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := httpSrv.Shutdown(ctx)
+		grpcSrv.GracefulStop()
+		wg.Wait()
+		closeStore()
+		return err
+	}
+	return &target{httpAddr: httpLn.Addr().String(), grpcAddr: grpcLn.Addr().String(), stop: stop}, nil
+}
+
+// loadConfigFile reads the limits for the in-process target.
+func loadConfigFile(path string) (*config.Config, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	return config.Load(path)
+}
