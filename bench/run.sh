@@ -4,8 +4,10 @@
 #
 #   bench/run.sh [OUT_DIR]
 #
-# It takes about 10 minutes on 2 CPUs. The load tool starts its own
-# redis-server on a free 127.0.0.1 port (never a system Redis) and stops it.
+# It takes about 20 minutes on 2 CPUs. The load tools start their own
+# redis-server on a free 127.0.0.1 port (never a system Redis) and stop it;
+# httpload also starts `tokenlimit serve` (built from this checkout) as a
+# child process on free loopback ports.
 # Figures swing with whatever else the machine runs: compare only within one
 # run, and look at the load averages it records.
 set -euo pipefail
@@ -41,8 +43,21 @@ echo "load average after in-process: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
 echo "==> Redis: throughput, script cost, script anatomy, memory per key"
 (cd bench && go run ./cmd/loadcompare -runs "$rounds") >"$out/loadcompare.md" 2>"$out/loadcompare.log"
+echo "load average after loadcompare: $(cat /proc/loadavg)" >>"$out/machine.txt"
+
+# The service: the Envoy RLS Go benchmarks (client and server in one test
+# process), then tokenlimit serve under httpload (a child process).
+echo "==> server/rlsv3 Go benchmarks, $rounds rounds"
+: >"$out/rlsv3.txt"
+for _ in $(seq "$rounds"); do
+	go test -run '^$' -bench . -benchtime 2s ./server/rlsv3/ >>"$out/rlsv3.txt"
+done
+echo "==> tokenlimit serve: HTTP /v1/check and gRPC ShouldRateLimit, memory and Redis"
+(cd bench && go run ./cmd/httpload -runs "$rounds" -shares 0.25,0.5 -duration 4s -profile-dir "$out/profiles") \
+	>"$out/httpload.md" 2>"$out/httpload.log"
 echo "load average at the end: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
 $benchstat "$out/memstore.txt" >"$out/memstore.benchstat.txt"
 $benchstat "$out/inprocess.txt" >"$out/inprocess.benchstat.txt"
+$benchstat "$out/rlsv3.txt" >"$out/rlsv3.benchstat.txt"
 echo "==> results in $out"
