@@ -27,7 +27,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand())
+	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand())
 	return root.ExecuteContext(ctx)
 }
 
