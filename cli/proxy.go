@@ -12,31 +12,26 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/tokenlimit/tokenlimit/config"
-	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
 // proxyFlags are proxy's options.
 type proxyFlags struct {
+	storeFlags
 	config           string
 	upstream         string
 	upstreamKey      string
 	listen           string
 	metricsListen    string
-	redis            string
 	unknownKeys      string
 	trustedProxies   []string
 	defaultMaxTokens int64
 	upstreamTimeout  time.Duration
-	storeTimeout     time.Duration
-	maxKeys          int
 	reloadEvery      time.Duration
 }
 
@@ -64,13 +59,11 @@ docs/proxy.md walks through it.`,
 	fl.StringVar(&f.upstreamKey, "upstream-key", os.Getenv("TOKENLIMIT_UPSTREAM_KEY"), "api key sent upstream in place of the client's (default $TOKENLIMIT_UPSTREAM_KEY; empty: forward the client's key)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
-	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0, shared by every proxy replica; empty: the embedded store")
+	f.storeFlags.register(fl)
 	fl.StringVar(&f.unknownKeys, "unknown-keys", "", "api keys missing from api_keys: reject (401) or default (the default_plan); empty: default when the configuration has a default_plan, else reject")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
-	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
-	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	return cmd
 }
@@ -97,20 +90,11 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, storeName, closeStore, err := openStore(serveFlags{redis: f.redis, maxKeys: f.maxKeys})
+	svc, reg, closeStore, err := newService(cfg, f.storeFlags, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(cfg, service.Options{
-		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
-		Registerer: reg, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
 	tok := proxy.NewTokenizer()
 	if err := tok.Preload(proxy.O200kBase, proxy.CL100kBase); err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/rueidis"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -34,16 +35,27 @@ import (
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
+// storeFlags choose where budgets live; serve and proxy share them.
+type storeFlags struct {
+	redis        string
+	storeTimeout time.Duration
+	maxKeys      int
+}
+
+func (f *storeFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica; empty: the embedded store")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
+	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
+}
+
 // serveFlags are serve's options.
 type serveFlags struct {
+	storeFlags
 	config         string
 	listen         string
 	grpcListen     string
 	pprofListen    string
-	redis          string
 	adminToken     string
-	storeTimeout   time.Duration
-	maxKeys        int
 	trustedProxies []string
 	reloadEvery    time.Duration
 }
@@ -67,10 +79,8 @@ rejected and the running limits stay.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address: API, /metrics, health, dashboard")
 	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
 	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
-	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel); empty: the embedded store")
+	f.storeFlags.register(fl)
 	fl.StringVar(&f.adminToken, "admin-token", os.Getenv("TOKENLIMIT_ADMIN_TOKEN"), "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
-	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
-	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed (repeatable)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	return cmd
@@ -86,20 +96,11 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, storeName, closeStore, err := openStore(f)
+	svc, reg, closeStore, err := newService(cfg, f.storeFlags, log)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(cfg, service.Options{
-		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
-		Registerer: reg, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
 	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, Stats: svc.Stats(), Done: ctx.Done()})
 	if err != nil {
 		return err
@@ -212,9 +213,30 @@ func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// newService opens the store and builds the service on it, with a metrics
+// registry holding the service's metrics and Go's. Call the returned
+// function to close the store.
+func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *prometheus.Registry, func(), error) {
+	store, storeName, closeStore, err := openStore(f)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(cfg, service.Options{
+		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
+	}
+	return svc, reg, closeStore, nil
+}
+
 // openStore returns the embedded store, or a Redis store through rueidis
 // (see docs/dependencies.md for why rueidis).
-func openStore(f serveFlags) (tokenlimit.Store, string, func(), error) {
+func openStore(f storeFlags) (tokenlimit.Store, string, func(), error) {
 	if f.redis == "" {
 		st, err := memstore.New(memstore.Options{MaxKeys: f.maxKeys})
 		if err != nil {
