@@ -20,63 +20,137 @@ var (
 )
 
 // reservations holds the reservations of this process by id, so that a
-// retried reserve or settle never charges twice.
+// retried reserve or settle never charges twice. Its lock is never held
+// across a store call: a reservation being decided is visible (and waited
+// for) by retries of the same id, and expiry is O(1) per reservation.
 type reservations struct {
 	now func() time.Time
 	ttl time.Duration
 
-	mu   sync.Mutex
-	byID map[string]*held
+	mu    sync.Mutex
+	byID  map[string]*held
+	order []*held // by creation, hence by expiry while the clock goes forward
 }
 
 type held struct {
+	id      string
+	expires time.Time
+	ready   chan struct{} // closed once decision (or err) is set
+
 	decision Decision
+	err      error                   // the reserve failed: the id is free again
 	res      *tokenlimit.Reservation // nil when denied or decided while the store failed
 	checks   []check
-	expires  time.Time
-	settled  bool
+
+	mu      sync.Mutex // serializes settlements
+	settled bool
 }
 
 func newReservations(now func() time.Time, ttl time.Duration) *reservations {
 	return &reservations{now: now, ttl: ttl, byID: map[string]*held{}}
 }
 
+// claim returns the reservation registered under id, or registers a new one
+// that the caller must complete (fresh is true).
+func (rs *reservations) claim(id string) (h *held, fresh bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.expire()
+	if h, ok := rs.byID[id]; ok {
+		return h, false
+	}
+	h = &held{id: id, expires: rs.now().Add(rs.ttl), ready: make(chan struct{})}
+	rs.byID[id] = h
+	rs.order = append(rs.order, h)
+	return h, true
+}
+
+func (rs *reservations) lookup(id string) (*held, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.expire()
+	h, ok := rs.byID[id]
+	return h, ok
+}
+
+// forget drops h (a reserve that failed), so the id can be tried again.
+func (rs *reservations) forget(h *held) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.byID[h.id] == h {
+		delete(rs.byID, h.id)
+	}
+}
+
+// expire drops the reservations past their TTL, oldest first. The caller
+// holds rs.mu.
+func (rs *reservations) expire() {
+	now := rs.now()
+	n := 0
+	for ; n < len(rs.order) && now.After(rs.order[n].expires); n++ {
+		if h := rs.order[n]; rs.byID[h.id] == h {
+			delete(rs.byID, h.id)
+		}
+		rs.order[n] = nil
+	}
+	rs.order = rs.order[n:]
+}
+
+// wait waits until h is decided, or ctx ends.
+func (h *held) wait(ctx context.Context) error {
+	select {
+	case <-h.ready:
+		return h.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Reserve checks reqs like Check and, if admitted, holds the charge under id
 // until Settle says what it really cost. An empty id gets a random one. A
 // second Reserve with the same id returns the first decision and charges
-// nothing.
+// nothing (waiting for the first if it is still being decided).
 func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Decision, error) {
 	if id == "" {
 		id = newID()
 	} else if len(id) > 128 {
 		return Decision{}, invalid("id: at most 128 bytes, got %d", len(id))
 	}
-	rs := s.reserves
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.expire()
-	if h, ok := rs.byID[id]; ok {
+	h, fresh := s.reserves.claim(id)
+	if !fresh {
+		if err := h.wait(ctx); err != nil {
+			return Decision{}, err
+		}
 		return h.decision, nil
 	}
+	h.err = s.decideHeld(ctx, h, reqs)
+	if h.err != nil {
+		s.reserves.forget(h)
+	}
+	close(h.ready)
+	return h.decision, h.err
+}
+
+// decideHeld reserves reqs on the store and records the outcome in h.
+func (s *Service) decideHeld(ctx context.Context, h *held, reqs []Request) error {
 	p, err := s.planFor(reqs, true)
 	if err != nil {
-		return Decision{}, err
+		return err
 	}
-	h := &held{checks: p.enforced, expires: rs.now().Add(rs.ttl)}
+	h.checks = p.enforced
 	td, res, failed, err := s.callStore(ctx, p.enforced, true)
 	switch {
 	case err != nil:
-		return Decision{}, err
+		return err
 	case failed:
 		h.decision = s.failover(p.enforced)
 	default:
 		h.decision = Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(p.enforced, td.Results, false)}
 		h.res = res
 	}
-	h.decision.ReservationID = id
-	rs.byID[id] = h
+	h.decision.ReservationID = h.id
 	s.metrics.observe(h.decision, 0)
-	return h.decision, nil
+	return nil
 }
 
 // Settle tells what reservation id really cost: actual is the request's own
@@ -87,14 +161,18 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 	if actual < 0 || actual > tokenlimit.MaxCost {
 		return false, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	rs := s.reserves
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.expire()
-	h, ok := rs.byID[id]
+	h, ok := s.reserves.lookup(id)
 	if !ok {
 		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation)
 	}
+	if err := h.wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation) // its reserve failed
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	switch {
 	case h.res == nil: // denied, or decided locally while the store failed
 		return false, nil
@@ -112,16 +190,6 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 	}
 	h.settled = true
 	return false, nil
-}
-
-// expire drops reservations past their TTL. The caller holds rs.mu.
-func (rs *reservations) expire() {
-	now := rs.now()
-	for id, h := range rs.byID {
-		if now.After(h.expires) {
-			delete(rs.byID, id)
-		}
-	}
 }
 
 func newID() string {
