@@ -59,13 +59,8 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 			if !ok || (l.Concurrency && !inFlight) {
 				continue
 			}
-			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: l.Limit, Cost: l.Cost.Of(desc, cost)}, descriptors: desc}
-			if o, ok := rules.cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
-				c.item.Limit = o
-			}
-			if l.Calendar != "" {
-				c.item.Key, c.item.Limit = calendarWindow(c.item, l, rules.cfg.Location, now)
-			}
+			limit, suffix := effective(rules.cfg, l, desc, now)
+			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key + suffix, Limit: limit, Cost: l.Cost.Of(desc, cost)}, descriptors: desc}
 			if l.Shadow {
 				p.shadow = append(p.shadow, c)
 			} else {
@@ -137,15 +132,31 @@ func applies(l *config.Limit, d map[string]string) (string, bool) {
 	return sb.String(), true
 }
 
-// calendarWindow turns a calendar limit into the fixed window of the current
-// day or month in loc: the key gains the period's label, and the window
-// starts at the period's start and lasts until its end (days of 23 or 25
-// hours and months of 28 to 31 days included).
-func calendarWindow(it tokenlimit.Item, l *config.Limit, loc *time.Location, now time.Time) (string, tokenlimit.Limit) {
+// effective returns the engine limit that l applies at now to a request
+// with (enriched) descriptors desc, and the suffix its key gets: the api
+// key's override replaces the configured parameters, and a calendar quota
+// becomes the window of the current day or month, labelled in the key.
+func effective(cfg *config.Config, l *config.Limit, desc map[string]string, now time.Time) (tokenlimit.Limit, string) {
+	limit := l.Limit
+	if o, ok := cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
+		limit = o
+	}
+	if l.Calendar == "" {
+		return limit, ""
+	}
+	label, limit := calendarWindow(limit, l.Calendar, cfg.Location, now)
+	return limit, "|" + label
+}
+
+// calendarWindow turns a fixed window into the window of the current day or
+// month in loc, returning the period's label: the window starts at the
+// period's start and lasts until its end (days of 23 or 25 hours and months
+// of 28 to 31 days included).
+func calendarWindow(lim tokenlimit.Limit, calendar string, loc *time.Location, now time.Time) (string, tokenlimit.Limit) {
 	t := now.In(loc)
 	var start, end time.Time
 	var label string
-	if l.Calendar == "month" {
+	if calendar == "month" {
 		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 1, 0)
 		label = start.Format("2006-01")
@@ -155,8 +166,7 @@ func calendarWindow(it tokenlimit.Item, l *config.Limit, loc *time.Location, now
 		label = start.Format("2006-01-02")
 	}
 	period := end.Sub(start)
-	lim := it.Limit
 	lim.Period = period
 	lim.Offset = time.Duration(start.UnixMilli()%period.Milliseconds()) * time.Millisecond
-	return it.Key + "|" + label, lim
+	return label, lim
 }

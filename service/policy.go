@@ -7,9 +7,10 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 )
 
-// This file holds what protocols such as Envoy's Rate Limit Service need
-// beyond Check: requests that may select the same budget more than once,
-// and each outcome's limit described as "N per window".
+// This file describes limits to clients, as "N per window" (Policy,
+// PolicyOf, LimitFor), and holds what protocols such as Envoy's Rate Limit
+// Service need beyond Check: requests that may select the same budget more
+// than once (CheckMerged).
 
 // Policy describes the budget behind an Outcome as "Limit per Window", the
 // shape in which Envoy's RLS (current_limit) and the IETF RateLimit-Policy
@@ -99,4 +100,23 @@ func (s *Service) CheckMerged(ctx context.Context, reqs ...Request) (Decision, [
 		out[i].Limit = o.Limit
 	}
 	return d, out, nil
+}
+
+// LimitFor returns the engine limit that the limit named name applies, right
+// now, to a request with these descriptors: the configured one, or the
+// request's api key override, and for a calendar quota the window of the
+// current day or month. Transports use it to describe a limit's policy (the
+// IETF RateLimit-Policy window). ok is false when no limit in force has that
+// name, for example after a reload removed it.
+func (s *Service) LimitFor(name string, descriptors map[string]string) (l tokenlimit.Limit, ok bool) {
+	cfg := s.rules.Load().cfg
+	for i := range cfg.Limits {
+		cl := &cfg.Limits[i]
+		if cl.Name != name {
+			continue
+		}
+		l, _ = effective(cfg, cl, enrich(cfg, descriptors), s.opts.Clock())
+		return l, true
+	}
+	return tokenlimit.Limit{}, false
 }
