@@ -148,3 +148,78 @@ func TestServeAnswersChecksAndShutsDown(t *testing.T) {
 		t.Fatal("serve did not shut down")
 	}
 }
+
+// TestServeReloadsTheConfigFile: a changed file is picked up, a bad one is
+// rejected and counted while the running limits stay.
+func TestServeReloadsTheConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.yaml")
+	write := func(text string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil { // atomic, as editors and config managers do
+			t.Fatal(err)
+		}
+	}
+	write("limits:\n  - name: one\n    key: [user]\n    algorithm: fixed_window\n    limit: 10/s\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := newSyncBuffer()
+	go func() {
+		_ = Run(ctx, []string{"serve", "--config", path, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--reload-every", "20ms"}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	base := "http://" + logs.addr(t, "serving HTTP")
+	limits := func() (version int, names []string) {
+		t.Helper()
+		resp, err := http.Get(base + "/v1/limits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			ConfigVersion int `json:"config_version"`
+			Limits        []struct{ Name string }
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range body.Limits {
+			names = append(names, l.Name)
+		}
+		return body.ConfigVersion, names
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+		}
+	}
+	if v, names := limits(); v != 1 || len(names) != 1 || names[0] != "one" {
+		t.Fatalf("at start: version %d limits %v, want version 1 with [one]", v, names)
+	}
+	write("limits:\n  - name: two\n    key: [user]\n    algorithm: fixed_window\n    limit: 20/s\n")
+	waitFor("the new file to load", func() bool { v, names := limits(); return v == 2 && len(names) == 1 && names[0] == "two" })
+
+	write("limits:\n  - name: three\n    algorithm: nonsense\n")
+	waitFor("the bad file to be rejected", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(m), `tokenlimit_config_reloads_total{result="error"} 1`)
+	})
+	if v, names := limits(); v != 2 || len(names) != 1 || names[0] != "two" {
+		t.Fatalf("after a bad file: version %d limits %v, want the running version 2 with [two]", v, names)
+	}
+}
