@@ -120,6 +120,14 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 // request unavailable (503); fail-open limits are decided on the local
 // in-memory budget, each at its configured share of the limit.
 func (s *Service) failover(checks []check) Decision {
+	d, _ := s.failoverReserve(checks, false)
+	return d
+}
+
+// failoverReserve is failover that, when reserve is true and the local
+// budget admits the request, also returns the local reservation, so that
+// settling it refunds the estimate and releases concurrency slots locally.
+func (s *Service) failoverReserve(checks []check, reserve bool) (Decision, *tokenlimit.Reservation) {
 	d := Decision{At: s.opts.Clock()}
 	var open []check
 	for _, c := range checks {
@@ -133,16 +141,23 @@ func (s *Service) failover(checks []check) Decision {
 		open = append(open, c)
 	}
 	if d.Unavailable {
-		return d
+		return d, nil
 	}
-	ld, err := s.local.Check(context.Background(), items(open)...)
+	var ld tokenlimit.Decision
+	var res *tokenlimit.Reservation
+	var err error
+	if reserve {
+		ld, res, err = s.local.Reserve(context.Background(), items(open)...)
+	} else {
+		ld, err = s.local.Check(context.Background(), items(open)...)
+	}
 	if err != nil { // the local store is full: nothing can be counted
 		s.log.Error("local fail-open budget failed", "error", err)
 		d.Unavailable = true
-		return d
+		return d, nil
 	}
 	d.Allowed, d.Limits = ld.Allowed, outcomes(open, ld.Results, true)
-	return d
+	return d, res
 }
 
 // share scales a limit to a share of its budget, keeping at least 1.

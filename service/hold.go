@@ -125,10 +125,9 @@ type Hold struct {
 
 // ReserveHold decides req like Reserve, charging its Cost as an estimate on
 // every enforced limit it selects (and taking a slot of its concurrency
-// limits), all or nothing. When admitted by the store it returns a Hold to
-// settle; when denied, unavailable, or admitted on the local fail-open
-// budget while the store fails, the Hold is nil, and settling a nil Hold
-// does nothing.
+// limits), all or nothing. When admitted it returns a Hold to settle, on the
+// store or, while the store fails, on the local fail-open budget; when denied
+// or unavailable the Hold is nil, and settling a nil Hold does nothing.
 func (s *Service) ReserveHold(ctx context.Context, req Request, opts HoldOptions) (Decision, *Hold, error) {
 	start := time.Now()
 	p, err := s.planFor([]Request{req}, true)
@@ -152,8 +151,12 @@ func (s *Service) ReserveHold(ctx context.Context, req Request, opts HoldOptions
 	case err != nil:
 		return Decision{}, nil, err
 	case failed:
-		d = s.failover(p.enforced)
+		var res *tokenlimit.Reservation
+		d, res = s.failoverReserve(p.enforced, true)
 		d.ReservationID = id
+		if res != nil {
+			h = &Hold{svc: s, res: res, checks: p.enforced}
+		}
 	default:
 		d.Allowed, d.At, d.Limits = td.Allowed, td.At, outcomes(p.enforced, td.Results, false)
 		if res != nil {

@@ -184,3 +184,51 @@ limits:
 			describe(d), metric(t, e.reg, "tokenlimit_store_errors_total"))
 	}
 }
+
+// While the store is down, a fail-open concurrency limit counts requests in
+// flight locally, and settling them releases their slots there: fail-open
+// must not turn into fail-closed for the length of a lease. Token estimates
+// are refunded locally too.
+func TestFailOpenReservationsSettleOnTheLocalBudget(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: in-flight
+    key: [api_key]
+    algorithm: concurrency
+    limit: 3
+  - name: tokens
+    key: [api_key]
+    algorithm: token_bucket
+    capacity: 100
+    refill: 1/h
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) {
+		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, time.Hour, 50*time.Millisecond
+	})
+	e.redis.Stop()
+	ctx := context.Background()
+	req := service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 30}
+	for i := range 6 {
+		d, h, err := e.svc.ReserveHold(ctx, req, service.HoldOptions{})
+		if err != nil || !d.Allowed || h == nil {
+			t.Fatalf("request %d with Redis down: %s, hold %v, err %v; want admitted on the local budget with a hold", i, describe(d), h, err)
+		}
+		for _, o := range d.Limits {
+			if !o.FailOpen {
+				t.Fatalf("request %d: %s decided on the store, want fail-open", i, o.Name)
+			}
+		}
+		if err := h.Settle(ctx, 10); err != nil { // 10 of the 30 reserved
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	// 6 × 10 tokens charged locally: 40 of 100 left, all 3 slots free.
+	d, _, err := e.svc.ReserveHold(ctx, service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 40}, service.HoldOptions{})
+	if err != nil || !d.Allowed {
+		t.Fatalf("after 6 settled requests: %s, %v; want 40 tokens and a slot left", describe(d), err)
+	}
+	if o := mustOutcome(t, d, "tokens"); o.Remaining != 0 {
+		t.Errorf("tokens left %d, want 0 (100 - 6×10 - 40)", o.Remaining)
+	}
+}

@@ -39,7 +39,7 @@ type held struct {
 
 	decision Decision
 	err      error                   // the reserve failed: the id is free again
-	res      *tokenlimit.Reservation // nil when denied or decided while the store failed
+	res      *tokenlimit.Reservation // nil when denied; on the local budget when decided while the store failed
 	checks   []check
 
 	mu      sync.Mutex // serializes settlements
@@ -143,7 +143,7 @@ func (s *Service) decideHeld(ctx context.Context, h *held, reqs []Request) error
 	case err != nil:
 		return err
 	case failed:
-		h.decision = s.failover(p.enforced)
+		h.decision, h.res = s.failoverReserve(p.enforced, true)
 	default:
 		h.decision = Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(p.enforced, td.Results, false)}
 		h.res = res
@@ -174,7 +174,7 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.res == nil: // denied, or decided locally while the store failed
+	case h.res == nil: // denied: nothing to settle
 		return false, nil
 	case h.settled:
 		return true, nil
