@@ -15,8 +15,12 @@ import (
 // Reservation errors; test with errors.Is.
 var (
 	// ErrUnknownReservation: no reservation has that id, or it expired
-	// (an expired reservation simply stands: nothing is refunded).
+	// (an expired reservation simply stands: nothing is refunded), or it was
+	// denied (nothing to settle).
 	ErrUnknownReservation = errors.New("unknown or expired reservation")
+	// ErrTooManyReservations: Options.MaxReservations are held unsettled;
+	// the reservation was not made. Settle some, or wait for them to expire.
+	ErrTooManyReservations = errors.New("too many reservations held")
 )
 
 // reservations holds the reservations of this process by id, so that a
@@ -26,6 +30,7 @@ var (
 type reservations struct {
 	now func() time.Time
 	ttl time.Duration
+	max int
 
 	mu    sync.Mutex
 	byID  map[string]*held
@@ -46,23 +51,26 @@ type held struct {
 	settled bool
 }
 
-func newReservations(now func() time.Time, ttl time.Duration) *reservations {
-	return &reservations{now: now, ttl: ttl, byID: map[string]*held{}}
+func newReservations(now func() time.Time, ttl time.Duration, max int) *reservations {
+	return &reservations{now: now, ttl: ttl, max: max, byID: map[string]*held{}}
 }
 
 // claim returns the reservation registered under id, or registers a new one
 // that the caller must complete (fresh is true).
-func (rs *reservations) claim(id string) (h *held, fresh bool) {
+func (rs *reservations) claim(id string) (h *held, fresh bool, err error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rs.expire()
 	if h, ok := rs.byID[id]; ok {
-		return h, false
+		return h, false, nil
+	}
+	if len(rs.byID) >= rs.max {
+		return nil, false, fmt.Errorf("%w: %d, the limit of Options.MaxReservations", ErrTooManyReservations, rs.max)
 	}
 	h = &held{id: id, expires: rs.now().Add(rs.ttl), ready: make(chan struct{})}
 	rs.byID[id] = h
 	rs.order = append(rs.order, h)
-	return h, true
+	return h, true, nil
 }
 
 func (rs *reservations) lookup(id string) (*held, bool) {
@@ -73,7 +81,8 @@ func (rs *reservations) lookup(id string) (*held, bool) {
 	return h, ok
 }
 
-// forget drops h (a reserve that failed), so the id can be tried again.
+// forget drops h (a reserve that failed or was denied: nothing is held), so
+// the id can be tried again.
 func (rs *reservations) forget(h *held) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -116,7 +125,10 @@ func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Deci
 	} else if len(id) > 128 {
 		return Decision{}, invalid("id: at most 128 bytes, got %d", len(id))
 	}
-	h, fresh := s.reserves.claim(id)
+	h, fresh, err := s.reserves.claim(id)
+	if err != nil {
+		return Decision{}, err
+	}
 	if !fresh {
 		if err := h.wait(ctx); err != nil {
 			return Decision{}, err
@@ -124,8 +136,8 @@ func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Deci
 		return h.decision, nil
 	}
 	h.err = s.decideHeld(ctx, h, reqs)
-	if h.err != nil {
-		s.reserves.forget(h)
+	if h.err != nil || !h.decision.Allowed {
+		s.reserves.forget(h) // only admitted charges are held
 	}
 	close(h.ready)
 	return h.decision, h.err

@@ -114,12 +114,13 @@ limits:
 		expect("r3 reused", [3]int64{650, 94, 976})
 		settle("r3", 10)
 
-		// A denied reservation charges nothing and settles to nothing.
+		// A denied reservation charges nothing and is not held: settling it
+		// finds nothing, and its id can be tried again.
 		if d := reserve("r4", 5000); d.Allowed {
 			t.Fatalf("Reserve(r4, 5000) = %s, want denied", describe(d))
 		}
-		if already, err := e.svc.Settle(ctx, "r4", 10); err != nil || already {
-			t.Errorf("Settle of a denied reservation = %v, %v; want false, nil", already, err)
+		if already, err := e.svc.Settle(ctx, "r4", 10); !errors.Is(err, service.ErrUnknownReservation) || already {
+			t.Errorf("Settle of a denied reservation = %v, %v; want ErrUnknownReservation", already, err)
 		}
 		expect("denied reservation", [3]int64{650, 94, 976})
 

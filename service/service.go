@@ -49,6 +49,10 @@ type Options struct {
 	// ReservationTTL is how long an unsettled reservation can still be
 	// settled; after it the reservation simply stands. Default 10 minutes.
 	ReservationTTL time.Duration
+	// MaxReservations bounds the admitted reservations held by id awaiting
+	// Settle; past it Reserve fails with ErrTooManyReservations. Default
+	// 100,000.
+	MaxReservations int
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -85,7 +89,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
 	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock, s.metrics.breakerChanged)
-	s.reserves = newReservations(opts.Clock, opts.ReservationTTL)
+	s.reserves = newReservations(opts.Clock, opts.ReservationTTL, opts.MaxReservations)
 	s.rules.Store(compile(cfg, 1))
 	return s, nil
 }
@@ -111,6 +115,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.ReservationTTL == 0 {
 		o.ReservationTTL = 10 * time.Minute
+	}
+	if o.MaxReservations == 0 {
+		o.MaxReservations = 100_000
 	}
 	if o.StoreName == "" {
 		o.StoreName = "memory"

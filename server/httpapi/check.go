@@ -201,8 +201,10 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 func (a *api) serviceError(ctx context.Context, op string, err error, single bool) *apiError {
 	var fe *tokenlimit.FieldError
 	switch {
+	case errors.Is(err, service.ErrTooManyReservations):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "too many reservations are held unsettled; settle them or retry later"}
 	case errors.Is(err, service.ErrUnknownReservation):
-		return &apiError{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, or it expired and simply stands"}
+		return &apiError{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, was denied, or expired and simply stands"}
 	case errors.As(err, &fe):
 		// The engine refused the limits the descriptors selected, such as a
 		// key too long or too many limits at once.
