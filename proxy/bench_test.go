@@ -65,6 +65,20 @@ func BenchmarkTokenize(b *testing.B) {
 	}
 }
 
+// BenchmarkTokenizeLongPiece counts 1 MiB made of one piece (a run of
+// letters, or of spaces), the worst case of the byte-pair merge: its cost
+// grows linearly with the text, not with its square.
+func BenchmarkTokenizeLongPiece(b *testing.B) {
+	for name, text := range map[string]string{"letters": strings.Repeat("a", 1<<20), "spaces": strings.Repeat(" ", 1<<20)} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				_, _ = proxy.TestTokenizer.Count("gpt-4o", text)
+			}
+		})
+	}
+}
+
 // benchEnv is a proxy in front of the fake upstream, on a real clock.
 type benchEnv struct {
 	up, proxied *httptest.Server

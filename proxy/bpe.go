@@ -260,23 +260,70 @@ type bpe struct {
 	split splitter
 }
 
+// maxMergeBytes bounds the piece tiktoken's merge runs on. The merge is
+// quadratic in the piece's length, and the splitter makes pieces as long as
+// a run of letters, spaces or symbols in the text: a client could send one
+// piece of megabytes. A longer piece is merged in chunks of at most
+// maxMergeBytes (cut at character boundaries), no token spanning two
+// chunks, which bounds the work to about maxMergeBytes steps per byte. The
+// count of a chunked piece is then an estimate, within about one token per
+// cut of the exact count, either way (bpe_test.go checks it): under 3%
+// of a piece of letters, where a token is 2 to 4 bytes. Natural text has no
+// such pieces (words are shorter), and the usage the upstream reports
+// settles the real cost.
+const maxMergeBytes = 128
+
 // count returns the number of tokens of s.
 func (e *bpe) count(s string) int {
+	n, _ := e.countOps(s)
+	return n
+}
+
+// countOps is count, also returning the steps its merges took (the parts
+// they scanned), which tests bound.
+func (e *bpe) countOps(s string) (tokens, ops int) {
 	var parts []part
-	tokens := 0
 	for i := 0; i < len(s); {
 		end := e.split(s, i)
 		piece := s[i:end]
 		if _, ok := e.ranks[piece]; ok {
 			tokens++
-		} else {
-			var n int
-			n, parts = e.merge(piece, parts[:0])
+			i = end
+			continue
+		}
+		for len(piece) > 0 {
+			chunk := piece[:chunkEnd(piece)]
+			piece = piece[len(chunk):]
+			if _, ok := e.ranks[chunk]; ok {
+				tokens++
+				continue
+			}
+			var n, steps int
+			n, steps, parts = e.merge(chunk, parts[:0])
 			tokens += n
+			ops += steps
 		}
 		i = end
 	}
-	return tokens
+	return tokens, ops
+}
+
+// chunkEnd returns the end of piece's first chunk: all of it if it is at
+// most maxMergeBytes long, else the last character boundary at or before
+// maxMergeBytes (at least one character).
+func chunkEnd(piece string) int {
+	if len(piece) <= maxMergeBytes {
+		return len(piece)
+	}
+	end := maxMergeBytes
+	for end > 0 && !utf8.RuneStart(piece[end]) {
+		end--
+	}
+	if end == 0 {
+		_, n := utf8.DecodeRuneInString(piece)
+		return n
+	}
+	return end
 }
 
 // part is a part of a piece being merged: where it starts, and the rank of
@@ -290,10 +337,11 @@ const noRank = math.MaxInt
 
 // merge applies tiktoken's byte-pair merge to piece (repeatedly joining the
 // adjacent pair of lowest rank, the leftmost on a tie) and returns how many
-// tokens are left. parts is scratch space, returned for reuse.
-func (e *bpe) merge(piece string, parts []part) (int, []part) {
+// tokens are left, and the steps it took (the parts it scanned). parts is
+// scratch space, returned for reuse.
+func (e *bpe) merge(piece string, parts []part) (int, int, []part) {
 	if len(piece) == 1 {
-		return 1, parts
+		return 1, 1, parts
 	}
 	rank := func(a, b int) int {
 		if r, ok := e.ranks[piece[a:b]]; ok {
@@ -311,7 +359,9 @@ func (e *bpe) merge(piece string, parts []part) (int, []part) {
 		}
 		return noRank
 	}
+	steps := len(parts)
 	for {
+		steps += len(parts)
 		best, min := -1, noRank
 		for i := 0; i+1 < len(parts); i++ {
 			if parts[i].rank < min {
@@ -327,5 +377,5 @@ func (e *bpe) merge(piece string, parts []part) (int, []part) {
 		parts[best].rank = pairRank(best)
 		parts = append(parts[:best+1], parts[best+2:]...)
 	}
-	return len(parts) - 1, parts
+	return len(parts) - 1, steps, parts
 }

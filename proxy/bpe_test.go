@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -106,6 +107,75 @@ func TestCountMatchesTiktokenGo(t *testing.T) {
 		for _, text := range texts {
 			if got, want := enc.count(text), len(ref.EncodeOrdinary(text)); got != want {
 				t.Errorf("%s: count(%q) = %d, tiktoken-go says %d", name, text, got, want)
+			}
+		}
+	}
+}
+
+// longPieces are texts the splitter makes one piece of, as long as n bytes:
+// the inputs on which tiktoken's merge is quadratic.
+func longPieces(n int) map[string]string {
+	return map[string]string{
+		"letters": strings.Repeat("a", n),
+		"mixed":   strings.Repeat("Zqxjkv", n/6),
+		"spaces":  strings.Repeat(" ", n),
+		"symbols": strings.Repeat("#%", n/2),
+		"cjk":     strings.Repeat("你好世", n/9),
+	}
+}
+
+// TestCountWorkIsLinear bounds the merge's steps per byte of a text made of
+// one long piece: without a bound on the piece merged, a run of n
+// letters took about n²/2 steps (5 s of CPU for 100 KB) before any limit was
+// checked.
+func TestCountWorkIsLinear(t *testing.T) {
+	t.Parallel()
+	for name := range encodingSpecs {
+		enc, err := tokenizer.encoding(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for kind, text := range longPieces(32 << 10) {
+			tokens, ops := enc.countOps(text)
+			if limit := len(text) * 150; ops > limit {
+				t.Errorf("%s %s: counting %d bytes took %d merge steps, want at most %d", name, kind, len(text), ops, limit)
+			}
+			if tokens < len(text)/maxMergeBytes || tokens > len(text) {
+				t.Errorf("%s %s: %d bytes counted as %d tokens", name, kind, len(text), tokens)
+			}
+		}
+	}
+}
+
+// TestChunkedCountNearExact checks that a piece merged in chunks counts
+// about as tiktoken-go does over the whole piece: within one token per cut
+// of it, either way.
+func TestChunkedCountNearExact(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 6))
+	for name, spec := range encodingSpecs {
+		enc, err := tokenizer.encoding(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		core, err := tiktoken.NewCoreBPE(enc.ranks, spec.special, spec.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := tiktoken.NewTiktoken(core, &tiktoken.Encoding{Name: string(name), PatStr: spec.pattern, MergeableRanks: enc.ranks, SpecialTokens: spec.special}, nil)
+		texts := longPieces(3000)
+		for i := range 20 {
+			var sb strings.Builder
+			for range 1000 + r.IntN(2000) {
+				sb.WriteByte("abcdefghijklmnopqrstuvwxyz"[r.IntN(26)])
+			}
+			texts[fmt.Sprint("random ", i)] = sb.String()
+		}
+		for kind, text := range texts {
+			got, want := enc.count(text), len(ref.EncodeOrdinary(text))
+			cuts := len(text) / maxMergeBytes
+			if got < want-cuts || got > want+cuts {
+				t.Errorf("%s %s (%d bytes): count = %d, tiktoken-go says %d (want within [%d, %d])", name, kind, len(text), got, want, want-cuts, want+cuts)
 			}
 		}
 	}

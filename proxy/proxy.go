@@ -59,7 +59,7 @@ const AnonymousKey = "anonymous"
 // Defaults of Options.
 const (
 	DefaultMaxTokens        = 4096
-	DefaultMaxBodyBytes     = 32 << 20
+	DefaultMaxBodyBytes     = 4 << 20
 	DefaultMaxResponseBytes = 256 << 20
 	DefaultSettleTimeout    = 5 * time.Second
 )
@@ -90,7 +90,8 @@ type Options struct {
 	// selects. Default 4096.
 	DefaultMaxTokens int64
 	// MaxBodyBytes bounds a request body the proxy reads to count it
-	// (413 above). Default 32 MiB.
+	// (413 above). Default 4 MiB: counting costs up to about 1 ms per 10 KB
+	// before any limit is checked.
 	MaxBodyBytes int64
 	// MaxResponseBytes bounds a non-streamed response the proxy reads to
 	// find its usage; a larger one passes through and settles at the
