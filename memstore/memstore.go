@@ -46,6 +46,9 @@ type Store struct {
 	maxKeys int64
 	sweep   int64 // µs
 	keys    atomic.Int64
+	// lastFullSweep is when a full store last swept every shard (µs), so
+	// that a store kept full cannot make every request walk every key.
+	lastFullSweep atomic.Int64
 }
 
 var _ tokenlimit.Store = (*Store)(nil)

@@ -49,11 +49,16 @@ func (s *Store) sweepDue(sh *shard, now int64) {
 	}
 }
 
-// sweepAll sweeps every shard, one lock at a time, and reports whether it
-// freed any key. The caller holds no shard lock.
+// sweepAll sweeps every shard, one lock at a time, at most once per
+// SweepInterval, and reports whether it freed any key. The caller holds no
+// shard lock.
 func (s *Store) sweepAll(now time.Time) bool {
-	before := s.keys.Load()
 	t := now.UnixMicro()
+	last := s.lastFullSweep.Load()
+	if t-last < s.sweep || !s.lastFullSweep.CompareAndSwap(last, t) {
+		return false
+	}
+	before := s.keys.Load()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
