@@ -80,7 +80,7 @@ rejected and the running limits stay.`,
 	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
 	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
 	f.storeFlags.register(fl)
-	fl.StringVar(&f.adminToken, "admin-token", os.Getenv("TOKENLIMIT_ADMIN_TOKEN"), "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
+	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed (repeatable)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	return cmd
@@ -88,6 +88,9 @@ rejected and the running limits stay.`,
 
 func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(out, nil))
+	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
+		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
+	}
 	cfg, err := loadConfig(f.config)
 	if err != nil {
 		return err
