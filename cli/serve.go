@@ -56,6 +56,7 @@ type serveFlags struct {
 	grpcListen     string
 	pprofListen    string
 	adminToken     string
+	adminAnywhere  bool
 	trustedProxies []string
 	reloadEvery    time.Duration
 }
@@ -80,6 +81,7 @@ rejected and the running limits stay.`,
 	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
 	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
 	f.storeFlags.register(fl)
+	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed (repeatable)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
@@ -109,7 +111,7 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminToken: f.adminToken, TrustedProxies: proxies, Logger: log, Dashboard: dashboard,
+		AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {

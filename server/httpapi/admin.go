@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -21,6 +22,11 @@ func (a *api) admin(next http.HandlerFunc) http.HandlerFunc {
 		if a.opts.AdminToken == "" {
 			writeError(w, &apiError{Status: http.StatusForbidden, Field: "Authorization",
 				Message: "admin endpoints are disabled: start the server with an admin token to enable them"})
+			return
+		}
+		if !a.opts.AdminFromAnywhere && !fromLoopback(r) {
+			writeError(w, &apiError{Status: http.StatusForbidden,
+				Message: "admin endpoints answer loopback clients only (serve --admin-from-anywhere to change it)"})
 			return
 		}
 		token := bearer(r.Header.Get("Authorization"))
@@ -123,4 +129,11 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 		Store   string `json:"store"`
 		Breaker string `json:"breaker"`
 	}{st, h.Store, h.Breaker})
+}
+
+// fromLoopback reports whether the request's connection comes from a
+// loopback address (X-Forwarded-For plays no part).
+func fromLoopback(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

@@ -30,6 +30,11 @@ type Options struct {
 	// AdminToken is the bearer token of the admin endpoints
 	// (/v1/admin/...). Empty disables them: they answer 403.
 	AdminToken string
+	// AdminFromAnywhere lets the admin endpoints answer clients that are
+	// not on loopback. By default they answer only 127.0.0.0/8 and ::1,
+	// even with the right token, so that a service listening on a public
+	// address does not expose them.
+	AdminFromAnywhere bool
 	// TrustedProxies are the networks whose X-Forwarded-For the
 	// forward-auth endpoint believes. A request from elsewhere is
 	// attributed to its connection's address.
