@@ -56,11 +56,11 @@ docs/proxy.md walks through it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "configuration file, such as examples/proxy.yaml (required)")
 	fl.StringVar(&f.upstream, "upstream", "", "the OpenAI-compatible API to forward to, such as https://api.openai.com (required)")
-	fl.StringVar(&f.upstreamKey, "upstream-key", os.Getenv("TOKENLIMIT_UPSTREAM_KEY"), "api key sent upstream in place of the client's (default $TOKENLIMIT_UPSTREAM_KEY; empty: forward the client's key)")
+	fl.StringVar(&f.upstreamKey, "upstream-key", "", "api key sent upstream in place of the client's (empty: $TOKENLIMIT_UPSTREAM_KEY if set, else forward the client's key)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
 	f.storeFlags.register(fl)
-	fl.StringVar(&f.unknownKeys, "unknown-keys", "", "api keys missing from api_keys: reject (401) or default (the default_plan); empty: default when the configuration has a default_plan, else reject")
+	fl.StringVar(&f.unknownKeys, "unknown-keys", "reject", "api keys missing from api_keys (and calls without one): reject (401), or default: the default_plan, all of them sharing the budgets of the one api_key \"unknown\"")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
@@ -82,7 +82,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	unknown, err := unknownKeysPolicy(f.unknownKeys, cfg)
+	unknown, err := unknownKeysPolicy(f.unknownKeys)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.ResponseHeaderTimeout = f.upstreamTimeout
 	p, err := proxy.New(svc, proxy.Options{
-		Upstream: upstream, Transport: transport, UpstreamAPIKey: f.upstreamKey, UnknownKeys: unknown,
+		Upstream: upstream, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, Tokenizer: tok, Logger: log,
 	})
 	if err != nil {
@@ -120,21 +120,26 @@ func parseUpstream(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// unknownKeysPolicy reads --unknown-keys; empty follows the configuration:
-// the default plan if it has one, else 401.
-func unknownKeysPolicy(s string, cfg *config.Config) (proxy.UnknownKeys, error) {
+// unknownKeysPolicy reads --unknown-keys; empty is reject: an unknown key
+// is served only when the operator asks for it.
+func unknownKeysPolicy(s string) (proxy.UnknownKeys, error) {
 	switch s {
-	case "reject":
+	case "reject", "":
 		return proxy.RejectUnknownKeys, nil
 	case "default":
 		return proxy.DefaultPlanForUnknownKeys, nil
-	case "":
-		if cfg.DefaultPlan != "" {
-			return proxy.DefaultPlanForUnknownKeys, nil
-		}
-		return proxy.RejectUnknownKeys, nil
 	}
 	return 0, fmt.Errorf("--unknown-keys %q: want reject or default: %w", s, errUsage)
+}
+
+// upstreamKey returns --upstream-key, or $TOKENLIMIT_UPSTREAM_KEY when the
+// flag is empty. The variable is read here, not as the flag's default, so
+// that --help never prints the secret.
+func upstreamKey(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("TOKENLIMIT_UPSTREAM_KEY")
 }
 
 // serveProxy serves p (and /metrics if asked) until ctx ends; in-flight

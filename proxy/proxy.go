@@ -47,14 +47,21 @@ const (
 	// RejectUnknownKeys answers 401 invalid_api_key.
 	RejectUnknownKeys UnknownKeys = iota
 	// DefaultPlanForUnknownKeys admits the request under the
-	// configuration's default_plan, its budgets keyed by the key it
-	// presents (AnonymousKey when it presents none).
+	// configuration's default_plan. Every unknown key, and a request with
+	// no key, is described to the limits as the one api_key UnknownKey:
+	// all of them share one set of budgets, so that a client cannot get a
+	// fresh budget by presenting a new key (nor fill the store with keys).
+	// Limits keyed by ip as well ([api_key, ip]) split that budget per
+	// client address.
 	DefaultPlanForUnknownKeys
 )
 
-// AnonymousKey is the api_key descriptor of a request that carries no key,
-// under DefaultPlanForUnknownKeys.
-const AnonymousKey = "anonymous"
+// UnknownKey is the api_key descriptor of every request whose key is
+// missing from api_keys, or that carries none, under
+// DefaultPlanForUnknownKeys. A configuration that lists "unknown" under
+// api_keys makes the proxy reject unknown keys instead of sharing that
+// key's budgets with them.
+const UnknownKey = "unknown"
 
 // Defaults of Options.
 const (
@@ -266,17 +273,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
 }
 
-// identify returns the request's api key, or answers 401 and returns false.
+// identify returns the request's api_key descriptor: its key if the
+// configuration knows it, else UnknownKey under DefaultPlanForUnknownKeys
+// (never the unknown key itself); otherwise it answers 401 and returns
+// false.
 func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
 	key, hasKey := bearer(r)
 	if hasKey && p.svc.KnownAPIKey(key) {
 		return key, true
 	}
 	if p.opts.UnknownKeys == DefaultPlanForUnknownKeys {
-		if !hasKey {
-			return AnonymousKey, true
+		if !p.svc.KnownAPIKey(UnknownKey) {
+			return UnknownKey, true
 		}
-		return key, true
+		p.log.Error("the configuration lists the api key " + UnknownKey + ", which names unknown keys: rejecting them")
 	}
 	msg := "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY)."
 	if hasKey {

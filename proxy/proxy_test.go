@@ -354,20 +354,19 @@ func TestUnknownKeys(t *testing.T) {
 		if n := len(reject.up.Calls()); n != 0 {
 			t.Errorf("the upstream got %d calls, want none", n)
 		}
-		// Under the default plan, an unknown key gets the free plan's
-		// quota, keyed by the key it presents.
+		// Under the default plan, unknown keys (and calls without a key)
+		// get the free plan's quota, all of them one budget: presenting a
+		// new key does not get a fresh one.
 		def := newEnv(t, store)
-		if resp, _ := def.post("/v1/chat/completions", "sk-unknown-key-123456", chatBody); resp.StatusCode != http.StatusOK {
-			t.Fatalf("default plan: status %d", resp.StatusCode)
+		for i, key := range []string{"sk-unknown-key-123456", "sk-unknown-key-654321", ""} {
+			if resp, _ := def.post("/v1/chat/completions", key, chatBody); resp.StatusCode != http.StatusOK {
+				t.Fatalf("key %q, default plan: status %d", key, resp.StatusCode)
+			}
+			def.waitSettled()
+			used := int64(40 * (i + 1))
+			assertUsed(t, def.used(proxy.UnknownKey, "gpt-4o"), map[string]int64{"tokens-per-key-model": used, "plan-free-daily": used, "plan-free-monthly": used})
 		}
-		def.waitSettled()
-		assertUsed(t, def.used("sk-unknown-key-123456", "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "plan-free-daily": 40, "plan-free-monthly": 40})
-		// A call without a key shares the budgets of proxy.AnonymousKey.
-		if resp, _ := def.post("/v1/chat/completions", "", chatBody); resp.StatusCode != http.StatusOK {
-			t.Fatalf("no key, default plan: status %d", resp.StatusCode)
-		}
-		def.waitSettled()
-		assertUsed(t, def.used(proxy.AnonymousKey, "gpt-4o"), map[string]int64{"tokens-per-key-model": 40, "plan-free-daily": 40})
+		assertUsed(t, def.used("sk-unknown-key-123456", "gpt-4o"), map[string]int64{"tokens-per-key-model": 0, "plan-free-daily": 0})
 		if calls := def.up.Calls(); calls[len(calls)-1].Authorization != "" {
 			t.Errorf("a call without a key reached the upstream with Authorization %q", calls[len(calls)-1].Authorization)
 		}
