@@ -245,22 +245,22 @@ api_keys:
 		}{
 			{"the key's user, tenant and plan", D{"api_key": "sk-a"}, map[string]string{
 				"per-user": "per-user|user=alice", "per-tenant": "per-tenant|tenant=acme", "per-plan": "per-plan|plan=pro",
-				"plan-pro-daily": "plan-pro-daily|api_key=sk-a|2026-01-15",
+				"plan-pro-daily": "plan-pro-daily|api_key=" + service.DigestAPIKey("sk-a") + "|2026-01-15",
 			}},
 			{"explicit descriptors win", D{"api_key": "sk-a", "user": "mallory", "plan": "free"}, map[string]string{
 				"per-user": "per-user|user=mallory", "per-tenant": "per-tenant|tenant=acme", "per-plan": "per-plan|plan=free",
-				"plan-free-daily": "plan-free-daily|api_key=sk-a|2026-01-15",
+				"plan-free-daily": "plan-free-daily|api_key=" + service.DigestAPIKey("sk-a") + "|2026-01-15",
 			}},
 			{"an empty descriptor is filled in", D{"api_key": "sk-a", "user": ""}, map[string]string{
 				"per-user": "per-user|user=alice", "per-tenant": "per-tenant|tenant=acme", "per-plan": "per-plan|plan=pro",
-				"plan-pro-daily": "plan-pro-daily|api_key=sk-a|2026-01-15",
+				"plan-pro-daily": "plan-pro-daily|api_key=" + service.DigestAPIKey("sk-a") + "|2026-01-15",
 			}},
 			{"a key without tenant or plan takes the default plan", D{"api_key": "sk-b"}, map[string]string{
 				"per-user": "per-user|user=bob", "per-plan": "per-plan|plan=free",
-				"plan-free-daily": "plan-free-daily|api_key=sk-b|2026-01-15",
+				"plan-free-daily": "plan-free-daily|api_key=" + service.DigestAPIKey("sk-b") + "|2026-01-15",
 			}},
 			{"an unknown key adds nothing but the default plan", D{"api_key": "sk-unknown"}, map[string]string{
-				"per-plan": "per-plan|plan=free", "plan-free-daily": "plan-free-daily|api_key=sk-unknown|2026-01-15",
+				"per-plan": "per-plan|plan=free", "plan-free-daily": "plan-free-daily|api_key=" + service.DigestAPIKey("sk-unknown") + "|2026-01-15",
 			}},
 			{"no api key: the plan quota, keyed by api_key, is skipped", D{"user": "carol"}, map[string]string{
 				"per-user": "per-user|user=carol", "per-plan": "per-plan|plan=free",

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/url"
 	"strings"
 	"time"
@@ -112,7 +114,9 @@ func setIfEmpty(d map[string]string, k, v string) {
 
 // applies reports whether l selects a request with descriptors d, and the
 // budget's key: "<name>|<dim>=<value>|...", values escaped so that no value
-// can forge another key or a Redis Cluster hash tag.
+// can forge another key or a Redis Cluster hash tag, and api keys replaced
+// by their digest (DigestAPIKey) so that no secret is stored in a key or
+// shown in an answer.
 func applies(l *config.Limit, d map[string]string) (string, bool) {
 	for name, p := range l.Match {
 		v, ok := d[name]
@@ -126,6 +130,9 @@ func applies(l *config.Limit, d map[string]string) (string, bool) {
 		v, ok := d[dim]
 		if !ok {
 			return "", false
+		}
+		if dim == "api_key" {
+			v = DigestAPIKey(v)
 		}
 		sb.WriteString("|" + dim + "=" + url.QueryEscape(v))
 	}
@@ -169,4 +176,12 @@ func calendarWindow(lim tokenlimit.Limit, calendar string, loc *time.Location, n
 	lim.Period = period
 	lim.Offset = time.Duration(start.UnixMilli()%period.Milliseconds()) * time.Millisecond
 	return label, lim
+}
+
+// DigestAPIKey is how an api key appears in budget keys: "sha256-" and the
+// first 16 hex digits of its SHA-256, enough to tell keys apart, useless to
+// call the API with.
+func DigestAPIKey(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return "sha256-" + hex.EncodeToString(sum[:8])
 }
