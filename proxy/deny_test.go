@@ -116,3 +116,33 @@ func TestStoreFailing(t *testing.T) {
 		eo.waitSettled()
 	})
 }
+
+// TestHugeParamsRejected: n and the reply maximum are checked before they
+// are multiplied, so that no request overflows its estimate (n × max_tokens
+// wrapped to a negative cost, which reserved nothing).
+func TestHugeParamsRejected(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store)
+		for _, tc := range []struct{ body, param, limit, got string }{
+			{`{"model":"gpt-4o","n":129,"max_tokens":1,"messages":[]}`, "n", "128", "129"},
+			{`{"model":"gpt-4o","n":128,"max_tokens":72057594037927936,"messages":[]}`, "max_tokens", "1099511627776", "72057594037927936"},
+			{`{"model":"gpt-4o","max_completion_tokens":9223372036854775807,"messages":[]}`, "max_completion_tokens", "1099511627776", "9223372036854775807"},
+			{`{"model":"gpt-4o","max_output_tokens":1099511627777,"input":"hi"}`, "max_output_tokens", "1099511627776", "1099511627777"},
+		} {
+			path := "/v1/chat/completions"
+			if tc.param == "max_output_tokens" {
+				path = "/v1/responses"
+			}
+			resp, body := e.post(path, alice, tc.body)
+			want := `{"error":{"message":"Invalid '` + tc.param + `': integer above maximum value. Expected a value \u003c= ` + tc.limit + `, but got ` + tc.got + ` instead.",` +
+				`"type":"invalid_request_error","param":"` + tc.param + `","code":"integer_above_max_value"}}` + "\n"
+			if resp.StatusCode != http.StatusBadRequest || body != want {
+				t.Errorf("%s: status %d, body %s; want 400, %s", tc.body, resp.StatusCode, body, want)
+			}
+		}
+		if n := len(e.up.Calls()); n != 0 {
+			t.Errorf("the upstream got %d calls, want none", n)
+		}
+	})
+}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
+
+	"github.com/tokenlimit/tokenlimit"
 )
 
 // Kind is the kind of API call a request path names.
@@ -127,11 +130,33 @@ type Estimate struct {
 	Stream, IncludeUsage bool
 }
 
-// Total is the estimate to reserve: Prompt + Completion.
-func (e Estimate) Total() int64 { return e.Prompt + e.Completion }
+// Total is the estimate to reserve: Prompt + Completion, at most
+// tokenlimit.MaxCost (a request that large is then denied as one no budget
+// can ever admit).
+func (e Estimate) Total() int64 { return min(addSat(e.Prompt, e.Completion), tokenlimit.MaxCost) }
 
-// errBadBody marks a request body the proxy cannot read.
-type errBadBody struct{ reason string }
+// addSat returns a + b for non-negative a and b, math.MaxInt64 if that
+// overflows.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Bounds of a request's parameters, checked before they are multiplied.
+const (
+	// MaxN is the largest n (replies per request) the proxy accepts;
+	// OpenAI's own bound is 128.
+	MaxN = 128
+	// MaxReplyTokens is the largest max_tokens (max_completion_tokens,
+	// max_output_tokens) it accepts: tokenlimit.MaxCost, 2^40.
+	MaxReplyTokens = tokenlimit.MaxCost
+)
+
+// errBadBody marks a request body the proxy cannot read, or a parameter it
+// does not accept (param names it).
+type errBadBody struct{ reason, param string }
 
 func (e *errBadBody) Error() string { return e.reason }
 
@@ -142,7 +167,7 @@ func (t *Tokenizer) estimate(k Kind, body []byte, defaultMax int64) (Estimate, e
 	var b callBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&b); err != nil {
-		return Estimate{}, &errBadBody{fmt.Sprintf("the request body is not a JSON object of the %s API: %v", k, err)}
+		return Estimate{}, &errBadBody{reason: fmt.Sprintf("the request body is not a JSON object of the %s API: %v", k, err)}
 	}
 	e := Estimate{Model: b.Model, Stream: b.Stream, IncludeUsage: b.StreamOptions != nil && b.StreamOptions.IncludeUsage}
 	var err error
@@ -165,10 +190,29 @@ func (t *Tokenizer) estimate(k Kind, body []byte, defaultMax int64) (Estimate, e
 		if err != nil {
 			return Estimate{}, err
 		}
-		e.Prompt += n
+		e.Prompt = addSat(e.Prompt, n)
+	}
+	if err := checkParams(b); err != nil {
+		return Estimate{}, err
 	}
 	e.Completion, e.CompletionSet = completion(k, b, defaultMax)
 	return e, nil
+}
+
+// checkParams rejects an n or a reply maximum too large to multiply safely.
+func checkParams(b callBody) error {
+	if b.N != nil && *b.N > MaxN {
+		return &errBadBody{reason: fmt.Sprintf("Invalid 'n': integer above maximum value. Expected a value <= %d, but got %d instead.", MaxN, *b.N), param: "n"}
+	}
+	for _, p := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", b.MaxTokens}, {"max_completion_tokens", b.MaxCompletionTokens}, {"max_output_tokens", b.MaxOutputTokens}} {
+		if p.v != nil && *p.v > MaxReplyTokens {
+			return &errBadBody{reason: fmt.Sprintf("Invalid '%s': integer above maximum value. Expected a value <= %d, but got %d instead.", p.name, int64(MaxReplyTokens), *p.v), param: p.name}
+		}
+	}
+	return nil
 }
 
 // completion returns the most tokens the reply may use and whether the
@@ -255,7 +299,7 @@ func badContent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &errBadBody{fmt.Sprintf("a message's content is neither a string nor a list of parts: %v", err)}
+	return &errBadBody{reason: fmt.Sprintf("a message's content is neither a string nor a list of parts: %v", err)}
 }
 
 // countInput counts a prompt or an embeddings input: a string, a list of
@@ -271,7 +315,7 @@ func (t *Tokenizer) countInput(model string, raw json.RawMessage) (int64, error)
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return 0, &errBadBody{fmt.Sprintf("the input is neither a string nor a list: %v", err)}
+		return 0, &errBadBody{reason: fmt.Sprintf("the input is neither a string nor a list: %v", err)}
 	}
 	var total int64
 	for _, it := range items {
@@ -309,7 +353,7 @@ func (t *Tokenizer) countResponsesInput(model, instructions string, raw json.Raw
 		items = []message{{Role: "user", Content: raw}}
 	default:
 		if err := json.Unmarshal(raw, &items); err != nil {
-			return 0, &errBadBody{fmt.Sprintf("input is neither a string nor a list of items: %v", err)}
+			return 0, &errBadBody{reason: fmt.Sprintf("input is neither a string nor a list of items: %v", err)}
 		}
 	}
 	n, err := t.countMessages(model, items)
@@ -355,7 +399,7 @@ func (t *Tokenizer) countTools(model string, raw json.RawMessage) (int64, error)
 	}
 	var tools []toolDef
 	if err := json.Unmarshal(raw, &tools); err != nil {
-		return 0, &errBadBody{fmt.Sprintf("tools: want a list of tool definitions: %v", err)}
+		return 0, &errBadBody{reason: fmt.Sprintf("tools: want a list of tool definitions: %v", err)}
 	}
 	if _, err := t.encoding(EncodingFor(model)); err != nil {
 		return 0, err

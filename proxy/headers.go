@@ -29,10 +29,19 @@ type apiError struct {
 // writeError answers status with an OpenAI-style error body; an empty code
 // is null.
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	writeParamError(w, status, typ, code, "", msg)
+}
+
+// writeParamError is writeError naming the request's parameter at fault; an
+// empty param is null.
+func writeParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	var e apiError
 	e.Error.Message, e.Error.Type = msg, typ
 	if code != "" {
 		e.Error.Code = &code
+	}
+	if param != "" {
+		e.Error.Param = &param
 	}
 	body, _ := json.Marshal(e) // cannot fail: strings and nil pointers
 	w.Header().Set("Content-Type", "application/json")

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit"
 )
 
 func TestKindOf(t *testing.T) {
@@ -205,5 +208,20 @@ func TestEventStreamFraming(t *testing.T) {
 	s.Close()
 	if len(settled) != 1 || settled[0].Actual != 5+1 || settled[0].Basis != ByCount {
 		t.Errorf("cut stream settled %+v, want 5 + 1 (Hello), counted", settled)
+	}
+}
+
+func TestEstimateTotalSaturates(t *testing.T) {
+	t.Parallel()
+	for _, e := range []Estimate{
+		{Prompt: math.MaxInt64, Completion: math.MaxInt64},
+		{Prompt: 10, Completion: MaxN * MaxReplyTokens},
+	} {
+		if got := e.Total(); got != tokenlimit.MaxCost {
+			t.Errorf("%+v.Total() = %d, want tokenlimit.MaxCost", e, got)
+		}
+	}
+	if got := (Estimate{Prompt: 10, Completion: 5}).Total(); got != 15 {
+		t.Errorf("Total() = %d, want 15", got)
 	}
 }

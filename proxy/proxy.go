@@ -94,7 +94,7 @@ type Options struct {
 	// DefaultMaxTokens is the reply budget reserved for a request that sets
 	// no max_tokens (max_completion_tokens, max_output_tokens); it is capped
 	// so that prompt plus reply fit the smallest token limit the request
-	// selects. Default 4096.
+	// selects. Default 4096; at most MaxReplyTokens.
 	DefaultMaxTokens int64
 	// MaxBodyBytes bounds a request body the proxy reads to count it
 	// (413 above). Default 4 MiB: counting costs up to about 1 ms per 10 KB
@@ -213,6 +213,7 @@ func withDefaults(o Options) Options {
 	if o.DefaultMaxTokens <= 0 {
 		o.DefaultMaxTokens = DefaultMaxTokens
 	}
+	o.DefaultMaxTokens = min(o.DefaultMaxTokens, MaxReplyTokens)
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -333,6 +334,9 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
 	c.est, err = p.tok.estimate(c.kind, body, p.opts.DefaultMaxTokens)
 	var bad *errBadBody
 	switch {
+	case errors.As(err, &bad) && bad.param != "":
+		writeParamError(w, http.StatusBadRequest, "invalid_request_error", "integer_above_max_value", bad.param, bad.reason)
+		return false
 	case errors.As(err, &bad):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+bad.reason)
 		return false
