@@ -136,20 +136,34 @@ func child(n *yaml.Node, p any) *yaml.Node {
 	return nil
 }
 
+// pathString writes a path as limits[1].refill. An api key, which is a
+// secret, is shown only as a hint: api_keys[sk-l…(24 bytes)].plan.
 func pathString(path []any) string {
 	var sb strings.Builder
-	for _, p := range path {
+	for i, p := range path {
 		switch v := p.(type) {
 		case int:
 			fmt.Fprintf(&sb, "[%d]", v)
-		default:
+		case string:
+			if i > 0 && path[i-1] == "api_keys" {
+				fmt.Fprintf(&sb, "[%s]", SecretHint(v))
+				continue
+			}
 			if sb.Len() > 0 {
 				sb.WriteByte('.')
 			}
-			fmt.Fprint(&sb, v)
+			sb.WriteString(v)
 		}
 	}
 	return sb.String()
+}
+
+// SecretHint shows a secret such as an api key without giving it away: at
+// most its first 4 bytes, never more than a quarter of it, and its length,
+// as in "sk-l…(24 bytes)".
+func SecretHint(secret string) string {
+	n := min(4, len(secret)/4)
+	return fmt.Sprintf("%s…(%d bytes)", secret[:n], len(secret))
 }
 
 func at(path []any, more ...any) []any {
