@@ -31,6 +31,8 @@ type proxyFlags struct {
 	unknownKeys      string
 	trustedProxies   []string
 	defaultMaxTokens int64
+	maxBodyBytes     int64
+	maxResponseBytes int64
 	upstreamTimeout  time.Duration
 	reloadEvery      time.Duration
 }
@@ -63,6 +65,8 @@ docs/proxy.md walks through it.`,
 	fl.StringVar(&f.unknownKeys, "unknown-keys", "reject", "api keys missing from api_keys (and calls without one): reject (401), or default: the default_plan, all of them sharing the budgets of the one api_key \"unknown\"")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
+	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body the proxy reads and counts (413 above)")
+	fl.Int64Var(&f.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest plain response buffered to read its usage; a larger one streams through and settles at the estimate")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	return cmd
@@ -103,7 +107,8 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	transport.ResponseHeaderTimeout = f.upstreamTimeout
 	p, err := proxy.New(svc, proxy.Options{
 		Upstream: upstream, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
-		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, Tokenizer: tok, Logger: log,
+		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
+		Tokenizer: tok, Logger: log,
 	})
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ const UnknownKey = "unknown"
 const (
 	DefaultMaxTokens        = 4096
 	DefaultMaxBodyBytes     = 4 << 20
-	DefaultMaxResponseBytes = 256 << 20
+	DefaultMaxResponseBytes = 16 << 20
 	DefaultSettleTimeout    = 5 * time.Second
 )
 
@@ -100,9 +100,10 @@ type Options struct {
 	// (413 above). Default 4 MiB: counting costs up to about 1 ms per 10 KB
 	// before any limit is checked.
 	MaxBodyBytes int64
-	// MaxResponseBytes bounds a non-streamed response the proxy reads to
-	// find its usage; a larger one passes through and settles at the
-	// estimate. Default 256 MiB.
+	// MaxResponseBytes bounds a non-streamed response the proxy buffers
+	// to find its usage. Past it the proxy stops buffering: what it read
+	// and the rest stream through to the client, and the call settles at
+	// the reserved estimate (Basis AtEstimate). Default 16 MiB.
 	MaxResponseBytes int64
 	// SettleTimeout bounds settling a reservation once the call is over.
 	// Default 5s.

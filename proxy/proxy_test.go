@@ -490,3 +490,27 @@ func TestInFlightSlotsComeBackAfterTheirLease(t *testing.T) {
 		assertUsed(t, e.used(alice, ""), map[string]int64{"in-flight-per-key": 0})
 	})
 }
+
+// TestLargeResponseStreamsThroughAtEstimate: a plain response larger than
+// MaxResponseBytes is not buffered whole: it reaches the client as it is,
+// and the call settles at its reserved estimate. The default bound is a
+// few MiB, not hundreds.
+func TestLargeResponseStreamsThroughAtEstimate(t *testing.T) {
+	t.Parallel()
+	if proxy.DefaultMaxResponseBytes > 16<<20 || proxy.DefaultMaxBodyBytes > 4<<20 {
+		t.Errorf("default bounds: response %d, body %d bytes; want at most 16 MiB and 4 MiB", proxy.DefaultMaxResponseBytes, proxy.DefaultMaxBodyBytes)
+	}
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, withOptions(func(o *proxy.Options) { o.MaxResponseBytes = 32 }))
+		resp, body := e.post("/v1/chat/completions", alice, chatBody)
+		if resp.StatusCode != http.StatusOK || body != chatReply {
+			t.Fatalf("status %d, body %s; want 200 and the upstream's body", resp.StatusCode, body)
+		}
+		s := e.waitSettled()
+		want := proxy.Settlement{RequestID: resp.Header.Get("X-Tokenlimit-Request-Id"), Kind: proxy.Chat, Model: "gpt-4o",
+			Reserved: chatPrompt + 100, Actual: chatPrompt + 100, Basis: proxy.AtEstimate}
+		if s != want {
+			t.Errorf("settlement %+v, want %+v", s, want)
+		}
+	})
+}
