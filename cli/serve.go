@@ -128,7 +128,8 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, svc *service.Servi
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// No WriteTimeout: the dashboard streams server-sent events.
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { cancel(ignoreClosed(httpSrv.Serve(httpLn))) }()
 	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "store", svc.Health().Store)
 

@@ -118,10 +118,6 @@ func (c Cost) Of(descriptors map[string]string, requestCost int64) int64 {
 	return requestCost
 }
 
-// Dimensions are the descriptors the service knows by name; any other name
-// is a custom descriptor, equally usable in match and key.
-var Dimensions = []string{"user", "api_key", "model", "ip", "route", "tenant", "plan"}
-
 // Load reads and validates the file at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)

@@ -83,14 +83,14 @@ func New(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("memstore: negative option in %+v", opts)
 	}
 	n := 1
-	for n < cmp(opts.Shards, DefaultShards) {
+	for n < orDefault(opts.Shards, DefaultShards) {
 		n *= 2
 	}
 	s := &Store{
 		shards:  make([]shard, n),
 		seed:    maphash.MakeSeed(),
-		maxKeys: int64(cmp(opts.MaxKeys, DefaultMaxKeys)),
-		sweep:   cmp(opts.SweepInterval, DefaultSweepInterval).Microseconds(),
+		maxKeys: int64(orDefault(opts.MaxKeys, DefaultMaxKeys)),
+		sweep:   orDefault(opts.SweepInterval, DefaultSweepInterval).Microseconds(),
 	}
 	for i := range s.shards {
 		s.shards[i].entries = make(map[mapKey]*entry)
@@ -98,7 +98,7 @@ func New(opts Options) (*Store, error) {
 	return s, nil
 }
 
-func cmp[T int | time.Duration](v, def T) T {
+func orDefault[T int | time.Duration](v, def T) T {
 	if v == 0 {
 		return def
 	}

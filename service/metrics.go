@@ -82,17 +82,5 @@ func (m *metrics) observe(d Decision, took time.Duration) {
 }
 
 func resultLabel(d Decision, o Outcome) string {
-	verdict := "denied"
-	if o.Allowed {
-		verdict = "allowed"
-	}
-	switch {
-	case d.Unavailable && !o.FailOpen:
-		return "fail_closed"
-	case o.Shadow:
-		return "shadow_" + verdict
-	case o.FailOpen:
-		return "fail_open_" + verdict
-	}
-	return verdict
+	return StatsResults[resultIndex(d, &o)]
 }
