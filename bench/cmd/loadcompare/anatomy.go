@@ -101,15 +101,30 @@ func anatomyRows(ctx context.Context, c *clients, luaDir string) ([]anatomyRow, 
 			decide: evalsha("redis.call('TIME')\nredis.call('GET', KEYS[1])\nredis.call('SET', KEYS[1], '1764480000123456', 'PX', '1000')\nreturn {1, 0, 99, 0, 10000}\n")},
 	}
 
-	main, mainErr := os.ReadFile(filepath.Join(luaDir, "check.lua"))
-	defs, found := strings.CutSuffix(strings.TrimRight(full, "\n"), strings.TrimRight(string(main), "\n"))
+	// The script a one-item check sends ends with its main part: check_one.lua
+	// (since the one-item scripts) or check.lua (before them).
+	var (
+		main    []byte
+		mainErr error
+		defs    string
+		found   bool
+		file    string
+	)
+	for _, file = range []string{"check_one.lua", "check.lua"} {
+		if main, mainErr = os.ReadFile(filepath.Join(luaDir, file)); mainErr != nil {
+			continue
+		}
+		if defs, found = strings.CutSuffix(strings.TrimRight(full, "\n"), strings.TrimRight(string(main), "\n")); found {
+			break
+		}
+	}
 	switch {
 	case mainErr != nil:
 		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: mainErr})
 	case !found:
-		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: errors.New("check.lua in -lua-dir is not the end of the script the store sends")})
+		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: errors.New("neither check_one.lua nor check.lua in -lua-dir is the end of the script the store sends")})
 	default:
-		rows = append(rows, anatomyRow{name: "the engine's script up to its main part (lib.lua and the five algorithms' functions), then `return 1`", command: "evalsha", decide: evalsha(defs + "\nreturn 1\n")})
+		rows = append(rows, anatomyRow{name: "the engine's script up to its main part (" + file + "), then `return 1`: building its functions", command: "evalsha", decide: evalsha(defs + "\nreturn 1\n")})
 	}
 	rows = append(rows, anatomyRow{name: "the engine's script as sent (= ours token_bucket)", command: "evalsha", decide: evalsha(full)})
 
@@ -120,7 +135,7 @@ func anatomyRows(ctx context.Context, c *clients, luaDir string) ([]anatomyRow, 
 		partErr = errors.Join(partErr, err)
 		parts = append(parts, string(b))
 	}
-	name := "the engine's script with only lib.lua, bucket.lua and check.lua (what a token-bucket check runs)"
+	name := "the multi-item check (lib.lua, bucket.lua, check.lua) deciding the same one item"
 	if partErr != nil {
 		rows = append(rows, anatomyRow{name: name, err: partErr})
 	} else {
@@ -129,7 +144,7 @@ func anatomyRows(ctx context.Context, c *clients, luaDir string) ([]anatomyRow, 
 
 	name = "the engine's script as a Redis Function (FUNCTION LOAD once, FCALL): definitions made once"
 	if mainErr != nil || !found {
-		rows = append(rows, anatomyRow{name: name, err: errors.New("needs check.lua from -lua-dir")})
+		rows = append(rows, anatomyRow{name: name, err: errors.New("needs the script's main part from -lua-dir")})
 	} else {
 		lib := "#!lua name=loadcompare\n" + defs + "\nredis.register_function('loadcompare_check', function(KEYS, ARGV)\n" + string(main) + "\nend)\n"
 		if err := c.goredis.FunctionLoadReplace(ctx, lib).Err(); err != nil {
