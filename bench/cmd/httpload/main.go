@@ -81,6 +81,7 @@ type options struct {
 	runs         int
 	redisServer  string
 	profileDir   string
+	grpcWorkers  int
 }
 
 func main() {
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "workers", 256, "open loop: most calls in flight (a call that finds all busy waits, and the wait counts)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of everything; the tables show medians")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	fs.IntVar(&o.grpcWorkers, "grpc-stream-workers", 0, "-server inprocess only: serve gRPC with grpc.NumStreamWorkers(N) (0: a new goroutine per call, as tokenlimit serve does)")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of the first run's top peak level here (the service's via its pprof endpoint in child mode, and this process's)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -152,6 +154,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-duration must be in (0, 1m]")
 	case o.workers < 1 || o.workers > 4096:
 		return o, errors.New("-workers must be in 1..4096")
+	case o.grpcWorkers < 0 || o.grpcWorkers > 1024:
+		return o, errors.New("-grpc-stream-workers must be in 0..1024")
+	case o.grpcWorkers > 0 && o.server != "inprocess":
+		return o, errors.New("-grpc-stream-workers needs -server inprocess (tokenlimit serve has no such option)")
 	case o.runs < 1 || o.runs > 20:
 		return o, errors.New("-runs must be in 1..20")
 	}
@@ -267,7 +273,7 @@ func measure(ctx context.Context, o options, r int, store, api, bin, configPath 
 		if cerr != nil {
 			return nil, cerr
 		}
-		t, err = startInProcess(cfg, redisAddr)
+		t, err = startInProcess(cfg, redisAddr, o.grpcWorkers)
 		server = 0
 	}
 	if err != nil {
@@ -451,7 +457,7 @@ func machineInfo(o options) machine {
 	if out, err := execOutput(o.redisServer, "--version"); err == nil {
 		m.redis = out
 	}
-	if out, err := execOutput("git", "-C", o.repo, "rev-parse", "--short", "HEAD"); err == nil {
+	if out, err := execOutput("git", "-C", o.repo, "describe", "--always", "--dirty"); err == nil {
 		m.commit = out
 	}
 	return m

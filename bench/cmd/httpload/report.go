@@ -84,10 +84,13 @@ func writeReport(w io.Writer, o options, m machine, wake [][]time.Duration, cell
 	if m.redis != "" {
 		p("| Redis | `%s` |\n", m.redis)
 	}
-	p("| commit | %s |\n", or(m.commit, "unknown"))
-	where := "`tokenlimit serve` (built from the commit above) as a child process; the load generator in another process"
+	p("| source | %s (`git describe --always --dirty` of the working tree built) |\n", or(m.commit, "unknown"))
+	where := "`tokenlimit serve` (built from that working tree) as a child process; the load generator in another process"
 	if m.server == "inprocess" {
 		where = "in the load generator's process (service.New, httpapi.New, rlsv3.Register, as cli/serve.go wires them)"
+		if o.grpcWorkers > 0 {
+			where += fmt.Sprintf(", gRPC with grpc.NumStreamWorkers(%d)", o.grpcWorkers)
+		}
 	}
 	p("| service | %s; client, service and redis-server share the CPUs, over loopback |\n", where)
 	p("| load | %d users (one key each), descriptors {user, route: /v1/chat}, limits of %s; peak over %v of closed loop per level; open loop for %v per rate, up to %d calls in flight |\n",

@@ -165,8 +165,9 @@ func waitHTTP(ctx context.Context, addr string) error {
 // startInProcess builds the service like cli/serve.go does (service.New,
 // httpapi.New on an HTTP server, rlsv3.Register on a gRPC server, the
 // embedded store or rueidis onto redisAddr), on free loopback ports of this
-// process. Logs go, as JSON at info level, to io.Discard.
-func startInProcess(cfg *config.Config, redisAddr string) (*target, error) {
+// process. Logs go, as JSON at info level, to io.Discard. streamWorkers > 0
+// serves gRPC calls on that many long-lived goroutines.
+func startInProcess(cfg *config.Config, redisAddr string, streamWorkers int) (*target, error) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	var (
 		store      tokenlimit.Store
@@ -217,7 +218,11 @@ func startInProcess(cfg *config.Config, redisAddr string) (*target, error) {
 		return nil, err
 	}
 	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	grpcSrv := grpc.NewServer()
+	var grpcOpts []grpc.ServerOption
+	if streamWorkers > 0 {
+		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(streamWorkers)))
+	}
+	grpcSrv := grpc.NewServer(grpcOpts...)
 	if err := rlsv3.Register(grpcSrv, svc, rlsv3.Options{Logger: log}); err != nil {
 		httpLn.Close()
 		grpcLn.Close()
