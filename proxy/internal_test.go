@@ -225,3 +225,58 @@ func TestEstimateTotalSaturates(t *testing.T) {
 		t.Errorf("Total() = %d, want 15", got)
 	}
 }
+
+// TestStreamEventIsBounded: an upstream that streams without ever ending an
+// event (no newline) cuts the stream at MaxEventBytes instead of growing the
+// proxy's buffer with it.
+func TestStreamEventIsBounded(t *testing.T) {
+	t.Parallel()
+	up := io.NopCloser(io.MultiReader(strings.NewReader("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"),
+		strings.NewReader(strings.Repeat("x", 4*MaxEventBytes))))
+	s := newEventStream(nil, &call{}, up)
+	var got []byte
+	buf := make([]byte, 512)
+	var err error
+	for err == nil {
+		var n int
+		n, err = s.Read(buf)
+		got = append(got, buf[:n]...)
+		if len(s.event) > MaxEventBytes+4096 {
+			t.Fatalf("the stream buffers %d bytes of one event", len(s.event))
+		}
+	}
+	if !errors.Is(err, errEventTooLarge) {
+		t.Errorf("Read error %v, want errEventTooLarge", err)
+	}
+	if want := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"; string(got) != want {
+		t.Errorf("forwarded %q, want only the complete event %q", got, want)
+	}
+}
+
+// TestStreamCountsAsItGoes: a long stream keeps at most maxUncounted bytes
+// of forwarded text; the rest is counted as it passes.
+func TestStreamCountsAsItGoes(t *testing.T) {
+	t.Parallel()
+	word := strings.Repeat("hello ", 100)
+	var events strings.Builder
+	for range 1000 {
+		events.WriteString(`data: {"choices":[{"delta":{"content":"` + word + `"}}]}` + "\n\n")
+	}
+	p := &Proxy{tok: tokenizer, log: slog.New(slog.DiscardHandler)}
+	c := &call{est: Estimate{Model: "gpt-4o"}}
+	s := newEventStream(p, c, io.NopCloser(strings.NewReader(events.String())))
+	buf := make([]byte, 4096)
+	for {
+		if _, err := s.Read(buf); err != nil {
+			break
+		}
+		if s.forwarded.Len() > maxUncounted+len(word) {
+			t.Fatalf("the stream keeps %d bytes of forwarded text", s.forwarded.Len())
+		}
+	}
+	got := s.counted + p.count(c, s.forwarded.String())
+	want, _ := tokenizer.Count("gpt-4o", strings.Repeat(word, 1000))
+	if got < want || got > want+want/100 {
+		t.Errorf("counted %d tokens, the whole text has %d", got, want)
+	}
+}

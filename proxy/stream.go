@@ -4,9 +4,23 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 )
+
+// MaxEventBytes bounds one server-sent event of a streamed response. An
+// upstream that sends more without ending the event (no blank line, or no
+// newline at all) is treated as a cut stream: the client's response ends
+// there and the call settles to what was forwarded.
+const MaxEventBytes = 1 << 20
+
+// maxUncounted bounds the forwarded text a stream keeps: past it, the text
+// is counted and let go (a token cut at that point may count as two).
+const maxUncounted = 64 << 10
+
+// errEventTooLarge ends a stream whose event exceeds MaxEventBytes.
+var errEventTooLarge = errors.New("proxy: the upstream sent a server-sent event larger than MaxEventBytes")
 
 // eventStream is the body of a streamed response (server-sent events) on
 // its way to the client. It passes events through as they arrive, one per
@@ -27,7 +41,8 @@ type eventStream struct {
 	out []byte // the current event's bytes not yet handed out
 
 	pending   []string        // text of the event being handed out
-	forwarded strings.Builder // text the client has received
+	forwarded strings.Builder // text the client has received, not yet counted
+	counted   int64           // tokens of the text counted so far
 	usage     *usage
 	event     []byte
 }
@@ -43,6 +58,10 @@ func (s *eventStream) Read(p []byte) (int, error) {
 			s.forwarded.WriteString(t)
 		}
 		s.pending = s.pending[:0]
+		if s.forwarded.Len() >= maxUncounted {
+			s.counted += s.p.count(s.c, s.forwarded.String())
+			s.forwarded.Reset()
+		}
 		if err := s.next(); err != nil {
 			return 0, err
 		}
@@ -59,6 +78,10 @@ func (s *eventStream) next() error {
 	for {
 		line, err := s.br.ReadSlice('\n')
 		s.event = append(s.event, line...)
+		if len(s.event) > MaxEventBytes {
+			s.event = nil // let the oversized buffer go
+			return errEventTooLarge
+		}
 		switch {
 		case err == bufio.ErrBufferFull:
 			continue // a long line goes on
@@ -175,7 +198,7 @@ func (s *eventStream) Close() error {
 	if s.usage != nil && s.usage.total() > 0 {
 		s.p.settle(s.c, s.usage.total(), ByUsage)
 	} else {
-		s.p.settle(s.c, s.c.est.Prompt+s.p.count(s.c, s.forwarded.String()), ByCount)
+		s.p.settle(s.c, s.c.est.Prompt+s.counted+s.p.count(s.c, s.forwarded.String()), ByCount)
 	}
 	return err
 }
