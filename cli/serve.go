@@ -106,7 +106,7 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, Stats: svc.Stats(), Done: ctx.Done()})
+	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, Stats: svc.Stats(), Done: ctx.Done()})
 	if err != nil {
 		return err
 	}

@@ -285,6 +285,13 @@ func TestInspectAndReset(t *testing.T) {
 		e.post("/ui/api/inspect", `{}`, h).wantError(t, http.StatusUnauthorized, "Authorization", "want the admin token")
 	}
 	auth := "Authorization: Bearer s3cret"
+	remote := httptest.NewRequest(http.MethodPost, "/ui/api/inspect", strings.NewReader(`{}`))
+	remote.Header.Set("Authorization", "Bearer s3cret")
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, remote)
+	if w.Code != http.StatusForbidden {
+		t.Errorf("inspect from a non-loopback client with the token: %d, want 403", w.Code)
+	}
 	e.check(map[string]string{"user": "alice", "route": "/v1/embed"}) // 3 tokens
 	e.check(map[string]string{"user": "alice", "route": "/v1/sensitive"})
 	c.Advance(250 * time.Millisecond) // half a token back

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/peer"
 )
 
 // maxBodyBytes caps the bodies of the dashboard's endpoints.
@@ -93,6 +95,11 @@ func (d *dashboard) admin(next http.HandlerFunc) http.HandlerFunc {
 		if d.opts.AdminToken == "" {
 			writeError(w, http.StatusForbidden, "Authorization",
 				"the key inspector is off: start the server with an admin token (--admin-token) to use it")
+			return
+		}
+		if !d.opts.AdminFromAnywhere && !peer.IsLoopback(r) {
+			writeError(w, http.StatusForbidden, "Authorization",
+				"the key inspector answers loopback clients only (serve --admin-from-anywhere to change it)")
 			return
 		}
 		scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")

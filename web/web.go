@@ -47,6 +47,9 @@ type Options struct {
 	// and reset budgets, as the API's /v1/admin endpoints do. Empty turns
 	// the inspector off: its endpoints answer 403.
 	AdminToken string
+	// AdminFromAnywhere lets the inspector answer clients that are not on
+	// loopback; by default only 127.0.0.0/8 and ::1 may use it.
+	AdminFromAnywhere bool
 	// Stats are the service's live decision counts (see service.Stats),
 	// shown by the overview. Nil: the overview shows the store's health
 	// and the configuration, and says that live counts are off.

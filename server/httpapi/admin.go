@@ -4,10 +4,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -24,7 +24,7 @@ func (a *api) admin(next http.HandlerFunc) http.HandlerFunc {
 				Message: "admin endpoints are disabled: start the server with an admin token to enable them"})
 			return
 		}
-		if !a.opts.AdminFromAnywhere && !fromLoopback(r) {
+		if !a.opts.AdminFromAnywhere && !peer.IsLoopback(r) {
 			writeError(w, &apiError{Status: http.StatusForbidden,
 				Message: "admin endpoints answer loopback clients only (serve --admin-from-anywhere to change it)"})
 			return
@@ -129,11 +129,4 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 		Store   string `json:"store"`
 		Breaker string `json:"breaker"`
 	}{st, h.Store, h.Breaker})
-}
-
-// fromLoopback reports whether the request's connection comes from a
-// loopback address (X-Forwarded-For plays no part).
-func fromLoopback(r *http.Request) bool {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
