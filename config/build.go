@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/redact"
 )
 
 // rawFile is the YAML as written; builder validates it into a Config.
@@ -146,7 +147,7 @@ func pathString(path []any) string {
 			fmt.Fprintf(&sb, "[%d]", v)
 		case string:
 			if i > 0 && path[i-1] == "api_keys" {
-				fmt.Fprintf(&sb, "[%s]", SecretHint(v))
+				fmt.Fprintf(&sb, "[%s]", redact.Hint(v))
 				continue
 			}
 			if sb.Len() > 0 {
@@ -156,14 +157,6 @@ func pathString(path []any) string {
 		}
 	}
 	return sb.String()
-}
-
-// SecretHint shows a secret such as an api key without giving it away: at
-// most its first 4 bytes, never more than a quarter of it, and its length,
-// as in "sk-l…(24 bytes)".
-func SecretHint(secret string) string {
-	n := min(4, len(secret)/4)
-	return fmt.Sprintf("%s…(%d bytes)", secret[:n], len(secret))
 }
 
 func at(path []any, more ...any) []any {

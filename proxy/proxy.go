@@ -32,10 +32,11 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/peer"
+	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -280,7 +281,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (never the unknown key itself); otherwise it answers 401 and returns
 // false.
 func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
-	key, hasKey := bearer(r)
+	key := peer.Bearer(r.Header.Get("Authorization"))
+	hasKey := key != ""
 	if hasKey && p.svc.KnownAPIKey(key) {
 		return key, true
 	}
@@ -292,30 +294,11 @@ func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) 
 	}
 	msg := "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY)."
 	if hasKey {
-		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", Redact(key))
+		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", redact.Hint(key))
 	}
-	p.log.Info("unknown api key", "key", Redact(key), "path", r.URL.Path)
+	p.log.Info("unknown api key", "key", redact.Hint(key), "path", r.URL.Path)
 	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", msg)
 	return "", false
-}
-
-// bearer returns the token of an "Authorization: Bearer" header.
-func bearer(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", false
-	}
-	return token, true
-}
-
-// Redact shortens an api key for logs and messages: its first 3 and last 4
-// characters ("sk-...wxyz"), or "***" for a key of fewer than 12.
-func Redact(key string) string {
-	if len(key) < 12 {
-		return "***"
-	}
-	return key[:3] + "..." + key[len(key)-4:]
 }
 
 // readCall reads and estimates an LLM call's body, or answers 400/413 and
@@ -380,7 +363,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		writeError(w, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
 		return false
 	case d.Unavailable:
-		p.log.Warn("rate limiting unavailable", "request_id", c.id, "key", Redact(c.req.Descriptors["api_key"]))
+		p.log.Warn("rate limiting unavailable", "request_id", c.id, "key", redact.Hint(c.req.Descriptors["api_key"]))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
 			"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.")
@@ -409,38 +392,13 @@ func (p *Proxy) capCompletion(c *call) int64 {
 	return completion
 }
 
-// clientIP returns the connection's address, or, when it is a trusted
-// proxy, the rightmost X-Forwarded-For address that is not.
+// clientIP returns the client's address (see peer.ClientIP), or the
+// connection's as written when it cannot be parsed.
 func (p *Proxy) clientIP(r *http.Request) string {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	ip := ap.Addr().Unmap()
-	if !p.trusted(ip) {
+	if ip := peer.ClientIP(r, p.opts.TrustedProxies); ip.IsValid() {
 		return ip.String()
 	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		ip = a.Unmap()
-		if !p.trusted(ip) {
-			break
-		}
-	}
-	return ip.String()
-}
-
-func (p *Proxy) trusted(ip netip.Addr) bool {
-	for _, pre := range p.opts.TrustedProxies {
-		if pre.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return r.RemoteAddr
 }
 
 // rewrite points the outbound request at the upstream, with the body the

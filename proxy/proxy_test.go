@@ -342,7 +342,7 @@ func TestUnknownKeys(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
 		reject := newEnv(t, store, withOptions(func(o *proxy.Options) { o.UnknownKeys = proxy.RejectUnknownKeys }))
 		for key, msg := range map[string]string{
-			"sk-unknown-key-123456": "Incorrect API key provided: sk-...3456. This proxy does not know that key.",
+			"sk-unknown-key-123456": "Incorrect API key provided: sk-u…(21 bytes). This proxy does not know that key.",
 			"":                      "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY).",
 		} {
 			resp, body := reject.post("/v1/chat/completions", key, chatBody)

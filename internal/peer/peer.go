@@ -1,10 +1,13 @@
-// Package peer answers questions about who is on the other end of an HTTP
-// request's connection.
+// Package peer answers questions about who sent an HTTP request: whether
+// its connection is local, which client it comes from through trusted
+// proxies, and the bearer token it carries.
 package peer
 
 import (
+	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 )
 
 // IsLoopback reports whether r's connection comes from a loopback address
@@ -12,4 +15,84 @@ import (
 func IsLoopback(r *http.Request) bool {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	return err == nil && ap.Addr().Unmap().IsLoopback()
+}
+
+// Bearer returns the token of an "Authorization: Bearer <token>" header
+// value, or "" if it is not one.
+func Bearer(authorization string) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// ClientIP is the address of the client that sent r. The connection's peer
+// is the client unless it is one of the trusted proxies; then
+// X-Forwarded-For is read from right to left, skipping trusted proxies, and
+// the first address that is not one is the client. If every hop is trusted,
+// the leftmost is the client; an unparsable entry stops the walk at the hop
+// that added it. The result is invalid if the peer's address is.
+func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	addr := peerAddr(r.RemoteAddr)
+	if !addr.IsValid() || !isTrusted(addr, trusted) {
+		return addr
+	}
+	hops := forwardedFor(r.Header)
+	for i := len(hops) - 1; i >= 0; i-- {
+		hop, ok := parseHop(hops[i])
+		if !ok {
+			return addr
+		}
+		addr = hop
+		if !isTrusted(addr, trusted) {
+			return addr
+		}
+	}
+	return addr
+}
+
+// forwardedFor lists the X-Forwarded-For entries of every such header, in
+// order.
+func forwardedFor(h http.Header) []string {
+	var hops []string
+	for _, v := range h.Values("X-Forwarded-For") {
+		for hop := range strings.SplitSeq(v, ",") {
+			hops = append(hops, strings.TrimSpace(hop))
+		}
+	}
+	return hops
+}
+
+// parseHop parses an X-Forwarded-For entry: an address, or an address with
+// a port ("1.2.3.4:80", "[::1]:80").
+func parseHop(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+func peerAddr(remote string) netip.Addr {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

@@ -29,7 +29,7 @@ func (a *api) admin(next http.HandlerFunc) http.HandlerFunc {
 				Message: "admin endpoints answer loopback clients only (serve --admin-from-anywhere to change it)"})
 			return
 		}
-		token := bearer(r.Header.Get("Authorization"))
+		token := peer.Bearer(r.Header.Get("Authorization"))
 		given := tokenHash(token)
 		if token == "" || subtle.ConstantTimeCompare(given[:], a.adminKey[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)

@@ -1,12 +1,11 @@
 package httpapi
 
 import (
-	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -75,7 +74,7 @@ func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 			d[name] = v
 		}
 	}
-	set("api_key", bearer(h.Get("Authorization")))
+	set("api_key", peer.Bearer(h.Get("Authorization")))
 	if d["api_key"] == "" {
 		set("api_key", h.Get("X-Api-Key"))
 	}
@@ -87,7 +86,7 @@ func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 		uri = h.Get("X-Original-URI")
 	}
 	set("route", routeOf(uri))
-	if ip := clientIP(r, a.opts.TrustedProxies); ip.IsValid() {
+	if ip := peer.ClientIP(r, a.opts.TrustedProxies); ip.IsValid() {
 		d["ip"] = ip.String()
 	}
 	req := service.Request{Descriptors: d}
@@ -101,89 +100,10 @@ func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 	return req, nil
 }
 
-// bearer returns the token of an "Authorization: Bearer <token>" value, or
-// "" for any other scheme.
-func bearer(v string) string {
-	scheme, token, ok := strings.Cut(strings.TrimSpace(v), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return ""
-	}
-	return strings.TrimSpace(token)
-}
-
 // routeOf is the path of a request URI: "/v1/chat?x=1" is "/v1/chat".
 func routeOf(uri string) string {
 	if i := strings.IndexAny(uri, "?#"); i >= 0 {
 		uri = uri[:i]
 	}
 	return uri
-}
-
-// clientIP is the address of the client that sent r. The connection's peer
-// is the client unless it is a trusted proxy; then X-Forwarded-For is read
-// from right to left, skipping trusted proxies, and the first address that is
-// not one is the client. If every hop is trusted, the leftmost is the
-// client; an unparsable entry stops the walk at the hop that added it.
-func clientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	addr := peerAddr(r.RemoteAddr)
-	if !addr.IsValid() || !isTrusted(addr, trusted) {
-		return addr
-	}
-	hops := forwardedFor(r.Header)
-	for i := len(hops) - 1; i >= 0; i-- {
-		hop, ok := parseHop(hops[i])
-		if !ok {
-			return addr
-		}
-		addr = hop
-		if !isTrusted(addr, trusted) {
-			return addr
-		}
-	}
-	return addr
-}
-
-// forwardedFor lists the X-Forwarded-For entries of every such header, in
-// order.
-func forwardedFor(h http.Header) []string {
-	var hops []string
-	for _, v := range h.Values("X-Forwarded-For") {
-		for hop := range strings.SplitSeq(v, ",") {
-			hops = append(hops, strings.TrimSpace(hop))
-		}
-	}
-	return hops
-}
-
-// parseHop parses an X-Forwarded-For entry: an address, or an address with
-// a port ("1.2.3.4:80", "[::1]:80").
-func parseHop(s string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
-func peerAddr(remote string) netip.Addr {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return a.Unmap()
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }

@@ -7,10 +7,11 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// redacted logs descriptors with the api key shortened by secretHint.
+// redacted logs descriptors with the api key shortened by redact.Hint.
 type redacted map[string]string
 
 // LogValue implements slog.LogValuer.
@@ -24,18 +25,11 @@ func (d redacted) LogValue() slog.Value {
 	for i, k := range names {
 		v := d[k]
 		if k == "api_key" {
-			v = secretHint(v)
+			v = redact.Hint(v)
 		}
 		attrs[i] = slog.String(k, v)
 	}
 	return slog.GroupValue(attrs...)
-}
-
-// secretHint shows a secret as at most its first 4 bytes, never more than a
-// quarter of it, and its length: "sk-d…(32 bytes)".
-func secretHint(s string) string {
-	n := min(4, len(s)/4)
-	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // logDecision logs a decision at debug level, and denials and unavailable
@@ -82,6 +76,6 @@ var apiKeyInKey = regexp.MustCompile(`api_key=[^|:\s]+`)
 // secretHint, for logging errors that quote keys.
 func scrubbed(err error) string {
 	return apiKeyInKey.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		return "api_key=" + secretHint(m[len("api_key="):])
+		return "api_key=" + redact.Hint(m[len("api_key="):])
 	})
 }
