@@ -52,7 +52,6 @@ func TestClientIP(t *testing.T) {
 	}
 }
 
-
 func TestBearer(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
