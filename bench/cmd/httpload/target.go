@@ -217,7 +217,7 @@ func startInProcess(cfg *config.Config, redisAddr string, streamWorkers int) (*t
 		closeStore()
 		return nil, err
 	}
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	var grpcOpts []grpc.ServerOption
 	if streamWorkers > 0 {
 		grpcOpts = append(grpcOpts, grpc.NumStreamWorkers(uint32(streamWorkers)))
