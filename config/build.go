@@ -19,6 +19,7 @@ import (
 type rawFile struct {
 	Timezone    string               `yaml:"timezone"`
 	DefaultPlan string               `yaml:"default_plan"`
+	HashTag     string               `yaml:"hash_tag"`
 	Limits      []rawLimit           `yaml:"limits"`
 	Plans       map[string]rawPlan   `yaml:"plans"`
 	APIKeys     map[string]rawAPIKey `yaml:"api_keys"`
@@ -166,7 +167,10 @@ func at(path []any, more ...any) []any {
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
 func (b *builder) build(raw *rawFile) *Config {
-	cfg := &Config{Location: time.UTC, APIKeys: map[string]Identity{}, DefaultPlan: raw.DefaultPlan}
+	cfg := &Config{Location: time.UTC, APIKeys: map[string]Identity{}, DefaultPlan: raw.DefaultPlan, HashTag: raw.HashTag}
+	if raw.HashTag != "" && (len(raw.HashTag) > 64 || strings.ContainsAny(raw.HashTag, "{}|=")) {
+		b.fail([]any{"hash_tag"}, "want a descriptor name such as tenant or api_key, got %q", raw.HashTag)
+	}
 	if raw.Timezone != "" {
 		loc, err := time.LoadLocation(raw.Timezone)
 		if err != nil {

@@ -33,6 +33,11 @@ type Config struct {
 	APIKeys map[string]Identity
 	// DefaultPlan is the plan of requests that name none ("" for none).
 	DefaultPlan string
+	// HashTag, if not empty, names the descriptor that groups a request's
+	// budgets on Redis Cluster: every limit keyed by it gets its value as
+	// the key's hash tag, so the limits of one request that share it are
+	// decided in one atomic script on one node.
+	HashTag string
 	// Source is the file the configuration came from, for messages.
 	Source string
 }

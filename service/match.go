@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 		}
 		for li := range rules.cfg.Limits {
 			l := &rules.cfg.Limits[li]
-			key, ok := applies(l, desc)
+			key, ok := applies(l, desc, rules.cfg.HashTag)
 			if !ok || (l.Concurrency && !inFlight) {
 				continue
 			}
@@ -116,8 +117,10 @@ func setIfEmpty(d map[string]string, k, v string) {
 // budget's key: "<name>|<dim>=<value>|...", values escaped so that no value
 // can forge another key or a Redis Cluster hash tag, and api keys replaced
 // by their digest (DigestAPIKey) so that no secret is stored in a key or
-// shown in an answer.
-func applies(l *config.Limit, d map[string]string) (string, bool) {
+// shown in an answer. When the limit is keyed by the hashTag descriptor,
+// the key starts with "{<dim>=<value>}": the budgets of one request that
+// share it land in one Redis Cluster slot.
+func applies(l *config.Limit, d map[string]string, hashTag string) (string, bool) {
 	for name, p := range l.Match {
 		v, ok := d[name]
 		if !ok || !p.Matches(v) {
@@ -125,18 +128,28 @@ func applies(l *config.Limit, d map[string]string) (string, bool) {
 		}
 	}
 	var sb strings.Builder
+	if hashTag != "" && slices.Contains(l.Key, hashTag) {
+		if _, ok := d[hashTag]; ok {
+			sb.WriteString("{" + hashTag + "=" + keyValue(hashTag, d[hashTag]) + "}|")
+		}
+	}
 	sb.WriteString(l.Name)
 	for _, dim := range l.Key {
-		v, ok := d[dim]
-		if !ok {
+		if _, ok := d[dim]; !ok {
 			return "", false
 		}
-		if dim == "api_key" {
-			v = DigestAPIKey(v)
-		}
-		sb.WriteString("|" + dim + "=" + url.QueryEscape(v))
+		sb.WriteString("|" + dim + "=" + keyValue(dim, d[dim]))
 	}
 	return sb.String(), true
+}
+
+// keyValue is how a descriptor's value is written in a key: escaped, and an
+// api key only as its digest.
+func keyValue(dim, v string) string {
+	if dim == "api_key" {
+		v = DigestAPIKey(v)
+	}
+	return url.QueryEscape(v)
 }
 
 // effective returns the engine limit that l applies at now to a request
