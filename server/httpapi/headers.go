@@ -23,28 +23,30 @@ import (
 // RateLimit and RateLimit-Policy follow draft-ietf-httpapi-ratelimit-headers-11.
 // A decision with no enforced limit, or that is unavailable (503), sets none.
 // Retry-After is left out when the cost exceeds the limit: waiting cannot help.
+// Headers are set by their canonical keys directly: http.Header.Set would
+// canonicalise each name again on every answer.
 func (a *api) setRateLimitHeaders(h http.Header, d service.Decision, reqs []service.Request) {
 	o, ok := d.Tightest()
 	if !ok || d.Unavailable {
 		return
 	}
 	if !d.Allowed && !o.CostExceedsLimit {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(o.RetryAfter, time.Second)), 10))
+		h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilDiv(o.RetryAfter, time.Second)), 10)}
 	}
 	limit := strconv.FormatInt(o.Limit, 10)
 	remaining := strconv.FormatInt(o.Remaining, 10)
 	reset := strconv.FormatInt(ceilDiv(o.ResetAfter, time.Second), 10)
-	h.Set("X-RateLimit-Limit", limit)
-	h.Set("X-RateLimit-Remaining", remaining)
-	h.Set("X-RateLimit-Reset", reset)
+	h["X-Ratelimit-Limit"] = []string{limit}
+	h["X-Ratelimit-Remaining"] = []string{remaining}
+	h["X-Ratelimit-Reset"] = []string{reset}
 	name := sfString(o.Name)
-	h.Set("RateLimit", name+";r="+remaining+";t="+reset)
+	h["Ratelimit"] = []string{name + ";r=" + remaining + ";t=" + reset}
 	var desc map[string]string
 	if o.Request >= 0 && o.Request < len(reqs) {
 		desc = reqs[o.Request].Descriptors
 	}
 	if l, ok := a.svc.LimitFor(o.Name, desc); ok {
-		h.Set("RateLimit-Policy", name+";q="+limit+";w="+strconv.FormatInt(windowSeconds(l), 10))
+		h["Ratelimit-Policy"] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(windowSeconds(l), 10)}
 	}
 }
 
