@@ -82,6 +82,9 @@ func New(client Scripter, opts Options) (*Store, error) {
 	if opts.TTLPadding < 0 {
 		return nil, fmt.Errorf("redisstore: New: TTLPadding must not be negative, got %s", opts.TTLPadding)
 	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: New: Prefix %q must not contain '{' or '}': they would become the keys' Redis Cluster hash tag", opts.Prefix)
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = "rl:"
 	}

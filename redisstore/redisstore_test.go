@@ -384,3 +384,38 @@ func TestClusterRefundsEarlierSlotsWhenALaterOneDenies(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogSurvivesALostLog: Redis may evict the log's ZSET but keep
+// its sum (maxmemory with an LRU policy); the next check must treat the
+// budget as empty instead of failing or counting a sum of nothing.
+func TestSlidingLogSurvivesALostLog(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	st := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
+	l := tokenlimit.SlidingLogLimit(5, time.Minute)
+	items := []tokenlimit.Item{{Key: "lost", Limit: l, Cost: 5}}
+	results := make([]tokenlimit.Result, 1)
+	if _, err := st.Check(ctx, time.Now(), items, results); err != nil || !results[0].Allowed {
+		t.Fatalf("first check: %v %+v", err, results[0])
+	}
+	if _, err := srv.Do("DEL", st.Keys("lost", l.Algorithm)[0]); err != nil { // the ZSET only
+		t.Fatal(err)
+	}
+	items[0].Cost = 1
+	if _, err := st.Check(ctx, time.Now(), items, results); err != nil || !results[0].Allowed || results[0].Remaining != 4 {
+		t.Fatalf("check after the log was evicted: %v %+v, want allowed with 4 left", err, results[0])
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	c := goredisclient.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})) // never dialled
+	for _, opts := range []redisstore.Options{{Prefix: "rl:{x}:"}, {Prefix: "a}"}, {TTLPadding: -time.Second}} {
+		if _, err := redisstore.New(c, opts); err == nil {
+			t.Errorf("New(%+v) succeeded, want an error", opts)
+		}
+	}
+	if _, err := redisstore.New(nil, redisstore.Options{}); err == nil {
+		t.Error("New(nil client) succeeded, want an error")
+	}
+}

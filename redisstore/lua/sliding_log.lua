@@ -17,6 +17,12 @@ end
 -- Drops entries at or before now-len and returns the sum of the rest.
 local function sl_trim(zkey, mkey, len, now)
   local sum, seq = sl_meta(mkey)
+  if sum ~= 0 and redis.call('EXISTS', zkey) == 0 then
+    -- The log is gone (evicted under maxmemory) but not its sum: the sum
+    -- describes nothing any more.
+    redis.call('DEL', mkey)
+    return 0, seq
+  end
   local horizon = now - len
   local gone = redis.call('ZRANGEBYSCORE', zkey, '-inf', int(horizon))
   if #gone > 0 then
