@@ -125,6 +125,10 @@ func (d *dashboard) series(win service.StatsWindow, seconds int) []seriesBody {
 	return out
 }
 
+// MaxStreams caps the overview streams open at once: each costs a snapshot
+// per interval, and the stream needs no login. Past it the page polls.
+const MaxStreams = 64
+
 // overviewStream serves GET /ui/api/overview/stream: server-sent events
 // named "overview", each an overviewBody. The first holds the last
 // service.StatsSeconds seconds; each one after it, every StreamInterval,
@@ -132,6 +136,12 @@ func (d *dashboard) series(win service.StatsWindow, seconds int) []seriesBody {
 // ends when the client leaves, when Options.Done is closed, or after
 // MaxStreamDuration (the browser then reconnects).
 func (d *dashboard) overviewStream(w http.ResponseWriter, r *http.Request) {
+	if d.streams.Add(1) > MaxStreams {
+		d.streams.Add(-1)
+		writeError(w, http.StatusServiceUnavailable, "", "too many overview streams are open; the page falls back to polling")
+		return
+	}
+	defer d.streams.Add(-1)
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/service"
@@ -83,6 +84,7 @@ type dashboard struct {
 	static   fs.FS
 	etags    map[string]string
 	sandbox  *sandbox
+	streams  atomic.Int64 // overview streams open now
 }
 
 // New returns the dashboard's handler over svc. It answers "/", the page's
