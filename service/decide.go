@@ -93,7 +93,8 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 		}
 		return d, r, false, nil
 	}
-	if !s.breaker.Allow() {
+	ticket, ok := s.breaker.Allow()
+	if !ok {
 		return d, nil, true, nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
@@ -101,13 +102,13 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 	d, err = call(callCtx)
 	switch {
 	case errors.Is(err, tokenlimit.ErrInvalid):
-		s.breaker.Done(nil)
+		s.breaker.Done(ticket, nil)
 		return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	case err != nil && ctx.Err() != nil: // the caller gave up, not the store
-		s.breaker.Cancel()
+		s.breaker.Cancel(ticket)
 		return d, nil, false, ctx.Err()
 	}
-	s.breaker.Done(err)
+	s.breaker.Done(ticket, err)
 	if err != nil {
 		s.metrics.storeErrors.Inc()
 		s.log.Warn("store failed; applying failure modes", "error", err)

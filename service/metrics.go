@@ -15,7 +15,6 @@ type metrics struct {
 	nearLimit   *prometheus.CounterVec
 	latency     prometheus.Histogram
 	storeErrors prometheus.Counter
-	breaker     prometheus.Gauge
 	reloads     *prometheus.CounterVec
 	stats       Stats // live per-second counts for the dashboard (stats.go)
 }
@@ -43,10 +42,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_store_errors_total",
 			Help: "Failed calls to the store (timeouts, connection errors).",
 		}),
-		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tokenlimit_breaker_state",
-			Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
-		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_config_reloads_total",
 			Help: "Configuration reloads by result (ok, error).",
@@ -55,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.breaker, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -63,8 +58,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) breakerChanged(s breaker.State) {
-	m.breaker.Set(float64(s))
+// watchBreaker exports b's state as tokenlimit_breaker_state, read when
+// scraped, so the gauge can never lag behind the breaker.
+func watchBreaker(reg prometheus.Registerer, b *breaker.Breaker) error {
+	if reg == nil {
+		return nil
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tokenlimit_breaker_state",
+		Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+	}, func() float64 { return float64(b.State()) }))
 }
 
 // observe counts a decision per limit.

@@ -88,7 +88,10 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock, s.metrics.breakerChanged)
+	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
+	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
+		return nil, fmt.Errorf("service: metrics: %w", err)
+	}
 	s.reserves = newReservations(opts.Clock, opts.ReservationTTL, opts.MaxReservations)
 	s.rules.Store(compile(cfg, 1))
 	return s, nil
@@ -162,12 +165,14 @@ type Health struct {
 // cooldown has passed, it probes the store itself (one peek), so that a
 // replica with no traffic still notices that Redis came back.
 func (s *Service) Health() Health {
-	if s.opts.Remote && s.breaker.State() != breaker.Closed && s.breaker.Allow() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
-		peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
-		_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
-		cancel()
-		s.breaker.Done(err)
+	if s.opts.Remote && s.breaker.State() != breaker.Closed {
+		if ticket, ok := s.breaker.Allow(); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+			peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
+			_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
+			cancel()
+			s.breaker.Done(ticket, err)
+		}
 	}
 	st := s.breaker.State()
 	return Health{Store: s.opts.StoreName, Breaker: st.String(), Degraded: st != breaker.Closed}

@@ -25,69 +25,78 @@ func (s State) String() string {
 	return [...]string{"closed", "half-open", "open"}[s]
 }
 
+// Ticket identifies a call Allow let through; pass it to Done or Cancel.
+// A ticket from before the breaker last changed state is stale: its outcome
+// says nothing about the dependency now, and is ignored.
+type Ticket uint64
+
 // Breaker guards one remote dependency. The zero value is not usable; use New.
 type Breaker struct {
 	threshold int
 	cooldown  time.Duration
 	now       func() time.Time
-	onChange  func(State)
 
 	mu       sync.Mutex
 	state    State
+	gen      Ticket // changes with every state change
 	failures int
 	openedAt time.Time
 	trial    bool // a half-open trial call is in flight
 }
 
-// New returns a closed breaker. threshold < 1 is taken as 1; onChange, if
-// not nil, is called (without the breaker's lock) on every state change.
-func New(threshold int, cooldown time.Duration, now func() time.Time, onChange func(State)) *Breaker {
-	return &Breaker{threshold: max(1, threshold), cooldown: cooldown, now: now, onChange: onChange}
+// New returns a closed breaker; threshold < 1 is taken as 1.
+func New(threshold int, cooldown time.Duration, now func() time.Time) *Breaker {
+	return &Breaker{threshold: max(1, threshold), cooldown: cooldown, now: now}
 }
 
-// Allow reports whether a call may go to the dependency now. Every call it
-// allows must be followed by Done.
-func (b *Breaker) Allow() bool {
+// Allow reports whether a call may go to the dependency now, and the ticket
+// to report its outcome with (Done or Cancel).
+func (b *Breaker) Allow() (Ticket, bool) {
 	b.mu.Lock()
-	changed := false
+	defer b.mu.Unlock()
 	if b.state == Open && b.now().Sub(b.openedAt) >= b.cooldown {
-		b.state, changed = HalfOpen, true
+		b.set(HalfOpen)
 	}
-	ok := b.state == Closed || (b.state == HalfOpen && !b.trial)
-	if b.state == HalfOpen && ok {
+	switch {
+	case b.state == Closed:
+		return b.gen, true
+	case b.state == HalfOpen && !b.trial:
 		b.trial = true
+		return b.gen, true
 	}
-	state := b.state
-	b.mu.Unlock()
-	b.notify(changed, state)
-	return ok
+	return b.gen, false
 }
 
-// Done records the outcome of a call Allow let through.
-func (b *Breaker) Done(err error) {
+// Done records the outcome of the call t: a success closes the breaker, a
+// failure counts towards opening it (a failed trial reopens it at once).
+func (b *Breaker) Done(t Ticket, err error) {
 	b.mu.Lock()
-	before := b.state
+	defer b.mu.Unlock()
+	if t != b.gen {
+		return // the breaker moved on since this call began
+	}
 	b.trial = false
 	if err == nil {
-		b.state, b.failures = Closed, 0
-	} else {
-		b.failures++
-		if b.state == HalfOpen || b.failures >= b.threshold {
-			b.state, b.openedAt = Open, b.now()
-		}
+		b.failures = 0
+		b.set(Closed)
+		return
 	}
-	state := b.state
-	b.mu.Unlock()
-	b.notify(state != before, state)
+	b.failures++
+	if b.state == HalfOpen || b.failures >= b.threshold {
+		b.openedAt = b.now()
+		b.set(Open)
+	}
 }
 
-// Cancel records that a call Allow let through ended without saying
-// anything about the dependency (its caller gave up): it counts neither as
-// a success nor as a failure, and a half-open breaker may try again.
-func (b *Breaker) Cancel() {
+// Cancel records that the call t ended without saying anything about the
+// dependency (its caller gave up): it counts neither as a success nor as a
+// failure, and a half-open breaker may try again.
+func (b *Breaker) Cancel(t Ticket) {
 	b.mu.Lock()
-	b.trial = false
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	if t == b.gen {
+		b.trial = false
+	}
 }
 
 // State returns the current state.
@@ -97,8 +106,10 @@ func (b *Breaker) State() State {
 	return b.state
 }
 
-func (b *Breaker) notify(changed bool, s State) {
-	if changed && b.onChange != nil {
-		b.onChange(s)
+// set moves to state s; the caller holds b.mu.
+func (b *Breaker) set(s State) {
+	if s != b.state {
+		b.state = s
+		b.gen++
 	}
 }

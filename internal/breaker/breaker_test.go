@@ -6,68 +6,88 @@ import (
 	"time"
 )
 
+var errDown = errors.New("redis down")
+
 func TestBreakerOpensAfterThresholdAndRecoversThroughOneTrial(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var changes []State
-	b := New(3, time.Second, func() time.Time { return now }, func(s State) { changes = append(changes, s) })
-	fail := errors.New("redis down")
-
+	b := New(3, time.Second, func() time.Time { return now })
 	for i := range 3 {
-		if !b.Allow() {
+		tk, ok := b.Allow()
+		if !ok {
 			t.Fatalf("call %d refused while closed", i)
 		}
-		b.Done(fail)
+		b.Done(tk, errDown)
 	}
-	if b.State() != Open || b.Allow() {
+	if _, ok := b.Allow(); b.State() != Open || ok {
 		t.Fatalf("after 3 failures: state %s, want open and refusing", b.State())
 	}
 	now = now.Add(999 * time.Millisecond)
-	if b.Allow() {
+	if _, ok := b.Allow(); ok {
 		t.Fatal("allowed a call before the cooldown ended")
 	}
 	now = now.Add(time.Millisecond)
-	if !b.Allow() {
-		t.Fatal("refused the half-open trial after the cooldown")
+	trial, ok := b.Allow()
+	if !ok || b.State() != HalfOpen {
+		t.Fatalf("after the cooldown: allowed %v in state %s, want the half-open trial", ok, b.State())
 	}
-	if b.Allow() {
+	if _, ok := b.Allow(); ok {
 		t.Fatal("allowed a second call while the trial is in flight")
 	}
-	b.Done(fail) // the trial fails: open again for a full cooldown
+	b.Done(trial, errDown) // the trial fails: open again for a full cooldown
 	if b.State() != Open {
 		t.Fatalf("after a failed trial: %s, want open", b.State())
 	}
 	now = now.Add(time.Second)
-	if !b.Allow() {
+	trial, ok = b.Allow()
+	if !ok {
 		t.Fatal("refused the second trial")
 	}
-	b.Done(nil)
-	if b.State() != Closed || !b.Allow() {
+	b.Done(trial, nil)
+	if _, ok := b.Allow(); b.State() != Closed || !ok {
 		t.Fatalf("after a good trial: %s, want closed", b.State())
-	}
-	b.Done(nil)
-	want := []State{Open, HalfOpen, Open, HalfOpen, Closed}
-	if len(changes) != len(want) {
-		t.Fatalf("state changes %v, want %v", changes, want)
-	}
-	for i := range want {
-		if changes[i] != want[i] {
-			t.Fatalf("state changes %v, want %v", changes, want)
-		}
 	}
 }
 
 func TestBreakerSuccessResetsTheFailureCount(t *testing.T) {
 	t.Parallel()
-	b := New(2, time.Second, time.Now, nil)
-	for _, err := range []error{errors.New("x"), nil, errors.New("x")} {
-		b.Allow()
-		b.Done(err)
+	b := New(2, time.Second, time.Now)
+	for _, err := range []error{errDown, nil, errDown} {
+		tk, _ := b.Allow()
+		b.Done(tk, err)
 	}
 	if b.State() != Closed {
 		t.Fatalf("failures separated by a success opened the breaker: %s", b.State())
 	}
 	if got := []string{Closed.String(), HalfOpen.String(), Open.String()}; got[0] != "closed" || got[1] != "half-open" || got[2] != "open" {
 		t.Fatalf("names %v", got)
+	}
+}
+
+// A call that began before the breaker opened and succeeds late must not
+// close it: only the half-open trial may.
+func TestBreakerIgnoresStaleOutcomes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := New(1, time.Second, func() time.Time { return now })
+	slow, _ := b.Allow()
+	failing, _ := b.Allow()
+	b.Done(failing, errDown)
+	if b.State() != Open {
+		t.Fatalf("after a failure at threshold 1: %s, want open", b.State())
+	}
+	b.Done(slow, nil) // late success of a call from before
+	if b.State() != Open {
+		t.Fatalf("a stale success closed the breaker: %s", b.State())
+	}
+	now = now.Add(time.Second)
+	trial, _ := b.Allow()
+	b.Cancel(slow) // stale: must not free the trial's place
+	if _, ok := b.Allow(); ok {
+		t.Fatal("a stale Cancel let a second trial through")
+	}
+	b.Cancel(trial)
+	if _, ok := b.Allow(); !ok {
+		t.Fatal("a cancelled trial did not free its place")
 	}
 }
