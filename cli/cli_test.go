@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
 
 func TestValidate(t *testing.T) {
@@ -221,5 +223,59 @@ func TestServeReloadsTheConfigFile(t *testing.T) {
 	})
 	if v, names := limits(); v != 2 || len(names) != 1 || names[0] != "two" {
 		t.Fatalf("after a bad file: version %d limits %v, want the running version 2 with [two]", v, names)
+	}
+}
+
+// TestServeOnRedisSentinelAndCluster runs serve against a real Sentinel and a
+// real Cluster through --redis URLs, as production does.
+func TestServeOnRedisSentinelAndCluster(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "mymaster")
+	cluster := redistest.StartCluster(t, 3)
+	addrs := cluster.Addrs()
+	for name, url := range map[string]string{
+		"sentinel": "redis://" + sentinel.Addr() + "?master_set=mymaster",
+		"cluster":  "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2],
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			logs := newSyncBuffer()
+			go func() {
+				_ = Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--redis", url, "--store-timeout", "2s"}, logs.w, io.Discard)
+				logs.w.Close()
+			}()
+			base := "http://" + logs.addr(t, "serving HTTP")
+			for i, want := range []int64{7, 4, 1} { // three embeds of 3 on a bucket of 10
+				resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"descriptors":{"user":"alice","route":"/v1/embed"}}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var body struct {
+					Allowed bool
+					Limits  []struct {
+						Remaining int64
+						FailOpen  bool `json:"fail_open"`
+					}
+				}
+				err = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				if err != nil || !body.Allowed || len(body.Limits) != 1 || body.Limits[0].Remaining != want || body.Limits[0].FailOpen {
+					t.Fatalf("check %d: %+v %v, want allowed by Redis with %d left", i, body, err, want)
+				}
+			}
+			// Two limits (the hard cap and the bucket), in two slots on Cluster:
+			// 1 token left, so the hard cap admits and the bucket too.
+			resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"descriptors":{"user":"alice","route":"/v1/sensitive"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || strings.Count(string(out), `"fail_open":false`) != 2 {
+				t.Fatalf("a check of two limits: %s %s, want 200 decided by Redis", resp.Status, out)
+			}
+		})
 	}
 }
