@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -82,7 +81,8 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(f.config)
+	file := &configFile{path: f.config}
+	cfg, err := file.load()
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	f.upstream = upstream.Redacted() // for the log: no password
-	return serveProxy(ctx, log, f, svc, p, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return serveProxy(ctx, log, f, file, svc, p, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 
 func parseUpstream(s string) (*url.URL, error) {
@@ -149,7 +149,7 @@ func upstreamKey(flag string) string {
 
 // serveProxy serves p (and /metrics if asked) until ctx ends; in-flight
 // calls, streams included, get 30 seconds to finish.
-func serveProxy(ctx context.Context, log *slog.Logger, f proxyFlags, svc *service.Service, p http.Handler, metrics http.Handler) error {
+func serveProxy(ctx context.Context, log *slog.Logger, f proxyFlags, file *configFile, svc *service.Service, p http.Handler, metrics http.Handler) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ln, err := net.Listen("tcp", f.listen)
@@ -172,7 +172,7 @@ func serveProxy(ctx context.Context, log *slog.Logger, f proxyFlags, svc *servic
 		defer msrv.Close()
 		log.Info("serving metrics", "addr", mln.Addr().String())
 	}
-	go watchConfig(ctx, f.config, f.reloadEvery, svc)
+	go file.watch(ctx, f.reloadEvery, svc)
 	<-ctx.Done()
 	log.Info("shutting down")
 	shutdownCtx, done := context.WithTimeout(context.Background(), 30*time.Second)

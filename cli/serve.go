@@ -11,8 +11,6 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +23,6 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
-	"github.com/tokenlimit/tokenlimit/examples"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
@@ -93,7 +90,8 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
 		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
 	}
-	cfg, err := loadConfig(f.config)
+	file := &configFile{path: f.config}
+	cfg, err := file.load()
 	if err != nil {
 		return err
 	}
@@ -117,11 +115,11 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return run(ctx, log, f, svc, handler)
+	return run(ctx, log, f, file, svc, handler)
 }
 
 // run serves until ctx ends, then shuts everything down gracefully.
-func run(ctx context.Context, log *slog.Logger, f serveFlags, svc *service.Service, handler http.Handler) error {
+func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, svc *service.Service, handler http.Handler) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	httpLn, err := net.Listen("tcp", f.listen)
@@ -146,9 +144,7 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, svc *service.Servi
 		}
 		defer pprofSrv.Close()
 	}
-	if f.config != "" {
-		go watchConfig(ctx, f.config, f.reloadEvery, svc)
-	}
+	go file.watch(ctx, f.reloadEvery, svc)
 	<-ctx.Done()
 	log.Info("shutting down")
 	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
@@ -198,13 +194,6 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
-}
-
-func loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		return config.Parse(examples.Quickstart, "examples/quickstart.yaml (built in)")
-	}
-	return config.Load(path)
 }
 
 func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
@@ -267,50 +256,4 @@ func openStore(f storeFlags) (tokenlimit.Store, string, func(), error) {
 		return nil, "", nil, err
 	}
 	return st, "redis", client.Close, nil
-}
-
-// watchConfig reloads the configuration on SIGHUP and, every interval, when
-// the file's size or modification time changed. A bad file is rejected and
-// the running limits stay.
-func watchConfig(ctx context.Context, path string, every time.Duration, svc *service.Service) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	var tick <-chan time.Time
-	if every > 0 {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
-	}
-	last := fileStamp(path)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		case <-tick:
-			if stamp := fileStamp(path); stamp == last {
-				continue
-			}
-		}
-		last = fileStamp(path)
-		if cfg, err := config.Load(path); err != nil {
-			svc.ReloadFailed(path, err)
-		} else {
-			svc.Reload(cfg)
-		}
-	}
-}
-
-type stamp struct {
-	size int64
-	mod  time.Time
-}
-
-func fileStamp(path string) stamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return stamp{}
-	}
-	return stamp{fi.Size(), fi.ModTime()}
 }

@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/examples"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// configFile is a configuration file and the digest of the content last
+// read from it, so a change is noticed exactly once (modification times can
+// be too coarse to tell two quick edits apart).
+type configFile struct {
+	path string // "" for the built-in quickstart
+	last [sha256.Size]byte
+}
+
+// load reads the file once, remembers its digest and parses what it read.
+func (c *configFile) load() (*config.Config, error) {
+	if c.path == "" {
+		return config.Parse(examples.Quickstart, "examples/quickstart.yaml (built in)")
+	}
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.last = sha256.Sum256(data)
+	return config.Parse(data, c.path)
+}
+
+// changed reports whether the file's content differs from what load read
+// last. An unreadable file counts as unchanged: load would fail on it.
+func (c *configFile) changed() bool {
+	data, err := os.ReadFile(c.path)
+	return err == nil && sha256.Sum256(data) != c.last
+}
+
+// watch reloads the configuration into svc on SIGHUP and, every interval
+// (0: never), when the file's content changed. A bad file is rejected and the
+// running limits stay. It returns when ctx ends.
+func (c *configFile) watch(ctx context.Context, every time.Duration, svc *service.Service) {
+	if c.path == "" {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case <-tick:
+			if !c.changed() {
+				continue
+			}
+		}
+		if cfg, err := c.load(); err != nil {
+			svc.ReloadFailed(c.path, err)
+		} else {
+			svc.Reload(cfg)
+		}
+	}
+}
