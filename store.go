@@ -151,6 +151,23 @@ type Store interface {
 	Reset(ctx context.Context, key string, alg Algorithm) error
 }
 
+// LogEntry is one charge a sliding log holds: when it was taken and how
+// much (a refund is a negative entry at the time of the charge it refunds).
+type LogEntry struct {
+	At   time.Time
+	Cost int64
+}
+
+// LogReader is implemented by stores that can show the entries of a
+// sliding log, for inspection; both stores of this module do.
+type LogReader interface {
+	// LogEntries returns the entries of key's sliding log under limit
+	// that are still in its window at now (the Redis server's clock in
+	// server-time mode), oldest first (entries of the same time in no
+	// particular order). It changes nothing. A key with no log has none.
+	LogEntries(ctx context.Context, key string, limit Limit, now time.Time) ([]LogEntry, error)
+}
+
 // ValidateItems checks items and results for a Store.Check call; stores call
 // it before touching any state. Its error matches ErrInvalid and names the
 // index of the offending item.

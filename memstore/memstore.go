@@ -347,6 +347,36 @@ func (s *Store) Reset(_ context.Context, key string, alg tokenlimit.Algorithm) e
 	return nil
 }
 
+var _ tokenlimit.LogReader = (*Store)(nil)
+
+// LogEntries implements tokenlimit.LogReader.
+func (s *Store) LogEntries(_ context.Context, key string, limit tokenlimit.Limit, now time.Time) ([]tokenlimit.LogEntry, error) {
+	if err := (tokenlimit.Item{Key: key, Limit: limit}).Validate(); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	if limit.Algorithm != tokenlimit.SlidingLog {
+		return nil, fmt.Errorf("memstore: %s has no log: %w", limit.Algorithm, tokenlimit.ErrInvalid)
+	}
+	t, err := micros(now)
+	if err != nil {
+		return nil, err
+	}
+	sh := &s.shards[s.shardOf(key)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := s.lookup(limit.Algorithm, key)
+	if e == nil {
+		return nil, nil
+	}
+	var out []tokenlimit.LogEntry
+	for _, le := range e.log.Entries {
+		if le.At > t-limit.Period.Microseconds() {
+			out = append(out, tokenlimit.LogEntry{At: time.UnixMicro(le.At), Cost: le.Cost})
+		}
+	}
+	return out, nil
+}
+
 func window(l tokenlimit.Limit) algo.Window {
 	return algo.Window{Limit: l.Quota, Length: l.Period.Microseconds(), Offset: l.Offset.Microseconds()}
 }

@@ -70,6 +70,7 @@ type Store struct {
 	checkOne [tokenlimit.GCRA + 1]script
 	adjust   script
 	reset    script
+	entries  script
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -102,8 +103,9 @@ func New(client Scripter, opts Options) (*Store, error) {
 			tokenlimit.TokenBucket:    newScript(checkOneSource[tokenlimit.TokenBucket]),
 			tokenlimit.GCRA:           newScript(checkOneSource[tokenlimit.GCRA]),
 		},
-		adjust: newScript(adjustSource),
-		reset:  newScript(resetSource),
+		adjust:  newScript(adjustSource),
+		reset:   newScript(resetSource),
+		entries: newScript(entriesSource),
 	}, nil
 }
 
@@ -182,6 +184,28 @@ func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm)
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil
+}
+
+var _ tokenlimit.LogReader = (*Store)(nil)
+
+// LogEntries implements tokenlimit.LogReader with one read-only script call.
+func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Limit, now time.Time) ([]tokenlimit.LogEntry, error) {
+	if err := (tokenlimit.Item{Key: key, Limit: limit}).Validate(); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	if limit.Algorithm != tokenlimit.SlidingLog {
+		return nil, fmt.Errorf("redisstore: %s has no log: %w", limit.Algorithm, tokenlimit.ErrInvalid)
+	}
+	args := append(s.header(now, 1), strconv.FormatInt(limit.Period.Microseconds(), 10))
+	reply, err := s.run(ctx, s.entries, s.appendKeys(nil, key, limit.Algorithm), args)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: log entries: %w", err)
+	}
+	var out []tokenlimit.LogEntry
+	for i := 0; i+1 < len(reply); i += 2 {
+		out = append(out, tokenlimit.LogEntry{At: time.UnixMicro(reply[i]), Cost: reply[i+1]})
+	}
+	return out, nil
 }
 
 // header starts a script's ARGV: the caller's time or "" for server time,

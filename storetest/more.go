@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,3 +221,58 @@ func runReset(t *testing.T, open Open) {
 		t.Errorf("Reset with an empty key: %v, want ErrInvalid", err)
 	}
 }
+
+// runLogEntries: a store that can list a sliding log's entries lists those
+// still in the window, refunds included, and changes nothing.
+func runLogEntries(t *testing.T, open Open) {
+	st := open(t).Replica()
+	reader, ok := st.(tokenlimit.LogReader)
+	if !ok {
+		return // the store cannot list logs
+	}
+	ctx := context.Background()
+	l := tokenlimit.SlidingLogLimit(10, 10*s)
+	charge := func(at time.Duration, cost int64) {
+		t.Helper()
+		if _, err := st.Check(ctx, Base.Add(at), []tokenlimit.Item{{Key: "log", Limit: l, Cost: cost}}, make([]tokenlimit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := func(at time.Duration) []tokenlimit.LogEntry {
+		t.Helper()
+		got, err := reader.LogEntries(ctx, "log", l, Base.Add(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, func(a, b tokenlimit.LogEntry) int {
+			return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Cost, b.Cost))
+		})
+		return got
+	}
+	charge(0, 2)
+	charge(1*s, 3)
+	refund := []tokenlimit.Adjustment{{Key: "log", Limit: l, Delta: -1, ChargedAt: Base.Add(1 * s)}}
+	if err := st.Adjust(ctx, Base.Add(2*s), refund); err != nil {
+		t.Fatal(err)
+	}
+	want := []tokenlimit.LogEntry{{At: Base, Cost: 2}, {At: Base.Add(1 * s), Cost: -1}, {At: Base.Add(1 * s), Cost: 3}}
+	for range 2 { // reading twice: reading changes nothing
+		if got := entries(5 * s); !slices.EqualFunc(got, want, sameEntry) {
+			t.Fatalf("entries at 5s: %v, want %v", got, want)
+		}
+	}
+	if got := entries(10500 * ms); !slices.EqualFunc(got, want[1:], sameEntry) {
+		t.Errorf("entries at 10.5s: %v, want %v (the entry at 0 has left)", got, want[1:])
+	}
+	if got := entries(30 * s); len(got) != 0 {
+		t.Errorf("entries at 30s: %v, want none", got)
+	}
+	if got, err := reader.LogEntries(ctx, "none", l, Base); err != nil || len(got) != 0 {
+		t.Errorf("entries of a key with no log: %v %v", got, err)
+	}
+	if _, err := reader.LogEntries(ctx, "log", tb10at2, Base); !errors.Is(err, tokenlimit.ErrInvalid) {
+		t.Errorf("entries of a token bucket: %v, want ErrInvalid", err)
+	}
+}
+
+func sameEntry(a, b tokenlimit.LogEntry) bool { return a.At.Equal(b.At) && a.Cost == b.Cost }

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, open) })
 	t.Run("script-cache", func(t *testing.T) { runScriptFlush(t, open) })
 	t.Run("reset", func(t *testing.T) { runReset(t, open) })
+	t.Run("log-entries", func(t *testing.T) { runLogEntries(t, open) })
 }
 
 // Case is one behaviour: steps applied in order to a fresh key space.
