@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 )
 
@@ -75,7 +76,36 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 	if failed {
 		return Decision{}, fmt.Errorf("service: inspect: the store is failing")
 	}
-	return Decision{Allowed: true, At: td.At, Limits: outcomes(checks, td.Results, false)}, nil
+	d := Decision{Allowed: true, At: td.At, Limits: outcomes(checks, td.Results, false)}
+	if err := s.attachEntries(ctx, d, checks); err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+// attachEntries lists the entries of the sliding logs among checks, when
+// the store can.
+func (s *Service) attachEntries(ctx context.Context, d Decision, checks []check) error {
+	reader, ok := s.opts.Store.(tokenlimit.LogReader)
+	if !ok {
+		return nil
+	}
+	if s.opts.Remote {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
+		defer cancel()
+	}
+	for i, c := range checks {
+		if c.item.Limit.Algorithm != tokenlimit.SlidingLog {
+			continue
+		}
+		entries, err := reader.LogEntries(ctx, c.item.Key, c.item.Limit, d.At)
+		if err != nil {
+			return fmt.Errorf("service: inspect %s: %w", c.item.Key, err)
+		}
+		d.Limits[i].Entries = entries
+	}
+	return nil
 }
 
 // Reset makes whole the budgets req selects, all of them or only the limit

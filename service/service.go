@@ -203,6 +203,9 @@ type Outcome struct {
 	// FailOpen marks an answer taken from the local budget because the
 	// store was failing.
 	FailOpen bool
+	// Entries, set by Inspect for a sliding log, are the charges in its
+	// window, oldest first.
+	Entries []tokenlimit.LogEntry
 	tokenlimit.Result
 }
 

@@ -60,6 +60,16 @@ func TestQuickstartSimulators(t *testing.T) {
 			t.Fatalf("sensitive request %d: %+v, want 2 limits and allowed=%v", i, d, i < 5)
 		}
 	}
+	// The inspector sees the hard cap's log: the five admitted requests.
+	d, err = svc.Inspect(ctx, service.Request{Descriptors: map[string]string{"user": "bob", "route": "/v1/sensitive"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range d.Limits {
+		if want := map[string]int{"hard-cap": 5, "llm-budget": 0}[o.Name]; len(o.Entries) != want {
+			t.Errorf("Inspect: %s has %d log entries, want %d", o.Name, len(o.Entries), want)
+		}
+	}
 }
 
 func TestConcurrencyLimitHoldsSlotsUntilSettled(t *testing.T) {
