@@ -270,6 +270,10 @@ type stateAnswer struct {
 		Limit, Remaining, Used       int64
 		Level                        *float64
 		ResetAfterMs                 int64 `json:"reset_after_ms"`
+		Entries                      []struct {
+			AgoMs int64 `json:"ago_ms"`
+			Cost  int64
+		}
 	}
 }
 
@@ -305,6 +309,9 @@ func TestInspectAndReset(t *testing.T) {
 	if cap.Name != "hard-cap" || cap.Key != "hard-cap|user=alice" || cap.Algorithm != "sliding_log" || cap.Used != 1 || cap.Remaining != 4 ||
 		cap.Policy != "sliding_log 5/5s" || cap.Level != nil || cap.ResetAfterMs != 4750 {
 		t.Errorf("hard-cap %+v", cap)
+	}
+	if len(cap.Entries) != 1 || cap.Entries[0].AgoMs != 250 || cap.Entries[0].Cost != 1 {
+		t.Errorf("hard-cap's log entries %+v, want one of cost 1, 250 ms ago", cap.Entries)
 	}
 	// 10 - 3 - 1 + 0.5 = 6.5 tokens; whole again in 3.5 tokens / 2 per s.
 	if bucket.Name != "llm-budget" || bucket.Level == nil || *bucket.Level != 6.5 || bucket.Remaining != 6 || bucket.ResetAfterMs != 1750 ||

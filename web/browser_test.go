@@ -441,6 +441,15 @@ func TestBrowser(t *testing.T) {
 		if status := eval[string](tb, `document.querySelector('#ins-status').textContent`); status != "Reset 1 budget: llm-budget|user=frank" {
 			t.Errorf("status %q", status)
 		}
+		// A sliding log shows its entries.
+		e.check(map[string]string{"user": "frank", "route": "/v1/sensitive"})
+		e.check(map[string]string{"user": "frank", "route": "/v1/sensitive"})
+		tb.do(chromedp.SetValue(chromedp.ID("ins-route"), "/v1/sensitive"))
+		tb.click("#ins-go")
+		tb.wait(`document.querySelectorAll('#ins-table tr[data-limit="hard-cap"] details.entries li').length === 2`)
+		if !eval[bool](tb, `document.querySelector('#ins-table details.entries').open = true`) {
+			t.Error("could not open the log entries")
+		}
 		tb.screenshots("key-inspector")
 	})
 }

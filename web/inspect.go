@@ -37,6 +37,15 @@ type stateBody struct {
 	// ResetAfterMs is how long until the budget is whole again; an idle
 	// key expires then.
 	ResetAfterMs int64 `json:"reset_after_ms"`
+	// Entries are a sliding log's charges in its window, oldest first:
+	// how long ago each was taken, and its cost (a refund is negative).
+	Entries []entryBody `json:"entries,omitempty"`
+}
+
+// entryBody is one entry of a sliding log.
+type entryBody struct {
+	AgoMs int64 `json:"ago_ms"`
+	Cost  int64 `json:"cost"`
 }
 
 // inspect serves POST /ui/api/inspect: the live state of every budget the
@@ -63,6 +72,9 @@ func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 	out := make([]stateBody, len(dec.Limits))
 	for i, o := range dec.Limits {
 		out[i] = d.state(o, infos[o.Name], b.Descriptors)
+		for _, e := range o.Entries {
+			out[i].Entries = append(out[i].Entries, entryBody{AgoMs: dec.At.Sub(e.At).Milliseconds(), Cost: e.Cost})
+		}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		AtMs   int64       `json:"at_ms"`

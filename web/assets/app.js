@@ -250,7 +250,13 @@
       const text = s.level !== undefined
         ? `${s.level.toFixed(2)} of ${num(s.limit)} tokens`
         : s.algorithm === 'concurrency' ? `${num(s.used)} of ${num(s.limit)} in flight` : `${num(s.used)} of ${num(s.limit)} used`;
-      return el('td', { 'data-remaining': s.remaining }, `${text}, ${num(s.remaining)} left`, bar);
+      const cell = el('td', { 'data-remaining': s.remaining }, `${text}, ${num(s.remaining)} left`, bar);
+      if (s.entries && s.entries.length) {
+        cell.append(el('details', { class: 'entries' },
+          el('summary', { text: `${s.entries.length} log entr${s.entries.length > 1 ? 'ies' : 'y'}` }),
+          el('ol', {}, ...s.entries.map((e) => el('li', { text: `cost ${num(e.cost)}, ${secs(e.ago_ms)} ago` })))));
+      }
+      return cell;
     }
 
     async function inspect() {
