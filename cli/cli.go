@@ -27,7 +27,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand())
+	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand(), benchCommand())
 	return root.ExecuteContext(ctx)
 }
 

@@ -279,3 +279,34 @@ func TestServeOnRedisSentinelAndCluster(t *testing.T) {
 		})
 	}
 }
+
+func TestBenchLoadsAServerAndSummarizes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := newSyncBuffer()
+	go func() {
+		_ = Run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	base := "http://" + logs.addr(t, "serving HTTP")
+	var out bytes.Buffer
+	err := Run(context.Background(), []string{"bench", "--server", base, "--duration", "700ms", "--concurrency", "4", "--users", "3", "-d", "route=/v1/embed"}, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	// 3 users × a bucket of 10 refilling 2/s, embeds costing 3: most are denied.
+	for _, want := range []string{"[#", "decisions/s", "allowed ", "denied ", "failed 0", "latency p50"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out.String())
+		}
+	}
+	for _, args := range [][]string{{"bench", "--duration", "0s"}, {"bench", "--concurrency", "0"}, {"bench", "--users", "0"}} {
+		if err := Run(context.Background(), args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), args[1]) {
+			t.Errorf("%v: %v, want an error naming %s", args, err, args[1])
+		}
+	}
+	if err := Run(context.Background(), []string{"bench", "--server", "http://127.0.0.1:1", "--duration", "200ms", "--concurrency", "1"}, io.Discard, io.Discard); err == nil {
+		t.Error("bench against nothing succeeded")
+	}
+}
