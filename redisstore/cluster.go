@@ -39,17 +39,22 @@ func hashTag(key string) string {
 	return key
 }
 
-// checkGroups decides items slot by slot. When a slot denies, the slots
-// charged before it are refunded, and every item's result is then the
-// uncharged state (peeked again), as in a single atomic check.
+// checkGroups decides items slot by slot, all at one time: the first slot's
+// (the server's TIME in server-time mode), so that every item's charge has
+// the time the check reports and a later Adjust refunds it exactly. When a
+// slot denies, the slots charged before it are refunded, and every item's
+// result is then the uncharged state (peeked again), as in a single atomic
+// check.
 func (s *Store) checkGroups(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result, groups [][]int) (time.Time, error) {
 	times := make([]time.Time, 0, len(groups)) // when each charged group was decided
+	callerTime := s.caller
 	for g, group := range groups {
 		part, partResults := pick(items, group)
-		at, err := s.checkOnce(ctx, now, part, partResults)
+		at, err := s.checkAt(ctx, now, callerTime, part, partResults)
 		if err != nil {
 			return now, s.undo(ctx, now, items, groups[:g], times, err)
 		}
+		now, callerTime = at, true // the next slots decide at the same time
 		times = append(times, at)
 		for j, i := range group {
 			results[i] = partResults[j]

@@ -125,7 +125,13 @@ func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Ite
 
 // checkOnce runs the check script on items, which share a slot on Cluster.
 func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	keys, args := make([]string, 0, len(items)+1), s.header(now, 5*len(items))
+	return s.checkAt(ctx, now, s.caller, items, results)
+}
+
+// checkAt is checkOnce deciding at now when callerTime, else at the
+// server's TIME.
+func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	keys, args := make([]string, 0, len(items)+1), s.headerAt(now, callerTime, 5*len(items))
 	for _, it := range items {
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
 		args = appendParams(args, it.Limit, it.Cost)
@@ -211,8 +217,12 @@ func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Lim
 // header starts a script's ARGV: the caller's time or "" for server time,
 // and the TTL padding.
 func (s *Store) header(now time.Time, more int) []string {
+	return s.headerAt(now, s.caller, more)
+}
+
+func (s *Store) headerAt(now time.Time, callerTime bool, more int) []string {
 	args := make([]string, 2, 2+more)
-	if s.caller {
+	if callerTime {
 		args[0] = strconv.FormatInt(now.UnixMicro(), 10)
 	}
 	args[1] = s.padMs

@@ -419,3 +419,40 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		t.Error("New(nil client) succeeded, want an error")
 	}
 }
+
+// TestClusterSettlesEverySlotInServerTime: a reservation across slots,
+// decided at the Redis server's clock, refunds every slot when cancelled —
+// sliding logs refund only a charge they hold at its exact time, so every
+// slot must have been charged at the time the reservation records.
+func TestClusterSettlesEverySlotInServerTime(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	st := newStore(t, goredisclient.New(c), redisstore.Options{Prefix: newPrefix(), Cluster: true})
+	lim, err := tokenlimit.NewLimiter(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tokenlimit.SlidingLogLimit(10, time.Hour)
+	var items []tokenlimit.Item
+	for i := range 6 {
+		items = append(items, tokenlimit.Item{Key: fmt.Sprintf("slot%d", i), Limit: l, Cost: 5})
+	}
+	d, res, err := lim.Reserve(ctx, items...)
+	if err != nil || res == nil || !d.Allowed {
+		t.Fatalf("reserve: %v %+v", err, d)
+	}
+	if err := res.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		r, err := lim.AllowN(ctx, it.Key, l, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining != 10 {
+			t.Errorf("%s: %d left after the reservation was cancelled, want 10", it.Key, r.Remaining)
+		}
+	}
+}
