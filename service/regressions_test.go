@@ -266,3 +266,57 @@ limits:
 		t.Errorf("tokens left %d, want 0 (100 - 6×10 - 40)", o.Remaining)
 	}
 }
+
+// Only unsettled reservations count against MaxReservations; a reserve that
+// selects no limit is admitted, as a check would be, and settles.
+func TestReservationBoundCountsUnsettledOnly(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: tokens
+    key: [user]
+    algorithm: token_bucket
+    capacity: 1000
+    refill: 1/s
+`
+	e := newEnv(t, "memory", yml, t0, func(o *service.Options) { o.MaxReservations = 3 })
+	ctx := context.Background()
+	req := service.Request{Descriptors: D{"user": "u"}, Cost: 5}
+	for i := range 10 { // reserve and settle, over and over: never more than 1 held
+		id := fmt.Sprintf("settled-%d", i)
+		if d, err := e.svc.Reserve(ctx, id, req); err != nil || !d.Allowed {
+			t.Fatalf("reserve %d: %v %s", i, err, describe(d))
+		}
+		if _, err := e.svc.Settle(ctx, id, 1); err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	for i := range 3 {
+		if _, err := e.svc.Reserve(ctx, fmt.Sprintf("open-%d", i), req); err != nil {
+			t.Fatalf("unsettled reserve %d: %v", i, err)
+		}
+	}
+	if _, err := e.svc.Reserve(ctx, "one-too-many", req); !errors.Is(err, service.ErrTooManyReservations) {
+		t.Fatalf("a 4th unsettled reservation: %v, want ErrTooManyReservations", err)
+	}
+	if _, err := e.svc.Settle(ctx, "open-0", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Reserve(ctx, "fits-again", req); err != nil {
+		t.Fatalf("after a settle: %v, want room again", err)
+	}
+	if already, err := e.svc.Settle(ctx, "open-0", 5); err != nil || !already {
+		t.Errorf("settling twice: %v %v, want already", already, err)
+	}
+	if _, err := e.svc.Settle(ctx, "open-1", 5); err != nil {
+		t.Fatal(err)
+	}
+	nothing := service.Request{Descriptors: D{"route": "/selects-nothing"}}
+	d, err := e.svc.Reserve(ctx, "no-limit", nothing)
+	if err != nil || !d.Allowed {
+		t.Fatalf("a reserve selecting no limit: %v %s, want admitted", err, describe(d))
+	}
+	if _, err := e.svc.Settle(ctx, "no-limit", 0); err != nil {
+		t.Errorf("settling it: %v", err)
+	}
+}

@@ -32,9 +32,10 @@ type reservations struct {
 	ttl time.Duration
 	max int
 
-	mu    sync.Mutex
-	byID  map[string]*held
-	order []*held // by creation, hence by expiry while the clock goes forward
+	mu        sync.Mutex
+	byID      map[string]*held
+	order     []*held // by creation, hence by expiry while the clock goes forward
+	unsettled int     // held reservations not yet settled: bounded by max
 }
 
 type held struct {
@@ -46,6 +47,8 @@ type held struct {
 	err      error                   // the reserve failed: the id is free again
 	res      *tokenlimit.Reservation // nil when denied; on the local budget when decided while the store failed
 	checks   []check
+
+	open bool // counted in unsettled; guarded by the registry's lock
 
 	mu      sync.Mutex // serializes settlements
 	settled bool
@@ -64,10 +67,11 @@ func (rs *reservations) claim(id string) (h *held, fresh bool, err error) {
 	if h, ok := rs.byID[id]; ok {
 		return h, false, nil
 	}
-	if len(rs.byID) >= rs.max {
+	if rs.unsettled >= rs.max {
 		return nil, false, fmt.Errorf("%w: %d, the limit of Options.MaxReservations", ErrTooManyReservations, rs.max)
 	}
-	h = &held{id: id, expires: rs.now().Add(rs.ttl), ready: make(chan struct{})}
+	h = &held{id: id, expires: rs.now().Add(rs.ttl), ready: make(chan struct{}), open: true}
+	rs.unsettled++
 	rs.byID[id] = h
 	rs.order = append(rs.order, h)
 	return h, true, nil
@@ -82,12 +86,30 @@ func (rs *reservations) lookup(id string) (*held, bool) {
 }
 
 // forget drops h (a reserve that failed or was denied: nothing is held), so
-// the id can be tried again.
+// the id can be tried again, and lets go of what it held.
 func (rs *reservations) forget(h *held) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.byID[h.id] == h {
 		delete(rs.byID, h.id)
+	}
+	rs.close(h)
+	h.checks, h.res = nil, nil
+}
+
+// settled marks h settled: it no longer counts against the bound, and stays
+// only so that a repeated settle answers "already".
+func (rs *reservations) settled(h *held) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.close(h)
+}
+
+// close stops counting h as unsettled. The caller holds rs.mu.
+func (rs *reservations) close(h *held) {
+	if h.open {
+		h.open = false
+		rs.unsettled--
 	}
 }
 
@@ -97,9 +119,11 @@ func (rs *reservations) expire() {
 	now := rs.now()
 	n := 0
 	for ; n < len(rs.order) && now.After(rs.order[n].expires); n++ {
-		if h := rs.order[n]; rs.byID[h.id] == h {
+		h := rs.order[n]
+		if rs.byID[h.id] == h {
 			delete(rs.byID, h.id)
 		}
+		rs.close(h)
 		rs.order[n] = nil
 	}
 	rs.order = rs.order[n:]
@@ -150,6 +174,10 @@ func (s *Service) decideHeld(ctx context.Context, h *held, reqs []Request) error
 		return err
 	}
 	h.checks = p.enforced
+	if len(p.enforced) == 0 { // nothing to hold: admitted, as by Check
+		h.decision = Decision{Allowed: true, At: s.opts.Clock(), ReservationID: h.id}
+		return nil
+	}
 	td, res, failed, err := s.callStore(ctx, p.enforced, true)
 	switch {
 	case err != nil:
@@ -183,13 +211,23 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 		}
 		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation) // its reserve failed
 	}
+	if !h.decision.Allowed { // denied while this settle waited: nothing is held
+		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.res == nil: // denied: nothing to settle
-		return false, nil
 	case h.settled:
 		return true, nil
+	case h.res == nil: // admitted with no limit to charge
+		h.settled = true
+		s.reserves.settled(h)
+		return false, nil
+	}
+	if s.opts.Remote {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
+		defer cancel()
 	}
 	actuals := make([]int64, len(h.checks))
 	for i, c := range h.checks {
@@ -201,6 +239,7 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 		return false, err
 	}
 	h.settled = true
+	s.reserves.settled(h)
 	return false, nil
 }
 
