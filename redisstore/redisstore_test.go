@@ -456,3 +456,39 @@ func TestClusterSettlesEverySlotInServerTime(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogRebuildsALostSum: if Redis evicts the log's sum but not the
+// log, the sum and the sequence are rebuilt from the log: decisions stay
+// exact, members never collide, and every key keeps a TTL.
+func TestSlidingLogRebuildsALostSum(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := goRedisClient(t, srv.Addr())
+	prefix := newPrefix()
+	st := newStore(t, goredisclient.New(c), callerTime(prefix))
+	l := tokenlimit.SlidingLogLimit(10, 10*time.Second)
+	now := storetest.Base
+	check := func(at time.Duration, cost int64) tokenlimit.Result {
+		t.Helper()
+		results := make([]tokenlimit.Result, 1)
+		if _, err := st.Check(ctx, now.Add(at), []tokenlimit.Item{{Key: "sum", Limit: l, Cost: cost}}, results); err != nil {
+			t.Fatal(err)
+		}
+		return results[0]
+	}
+	check(0, 3)
+	check(time.Second, 4)
+	if _, err := srv.Do("DEL", st.Keys("sum", l.Algorithm)[1]); err != nil { // the sum only
+		t.Fatal(err)
+	}
+	if r := check(2*time.Second, 2); !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("after the sum was evicted: %+v, want allowed with 1 left (3+4+2 of 10)", r)
+	}
+	if r := check(10*time.Second, 0); r.Remaining != 4 { // the entry at 0 left: 4+2 remain
+		t.Fatalf("after the first entry left: %+v, want 4 left", r)
+	}
+	if n, _ := c.ZCard(ctx, st.Keys("sum", l.Algorithm)[0]).Result(); n != 2 {
+		t.Errorf("the log holds %d entries, want 2 (no member overwritten)", n)
+	}
+	assertEveryKeyHasTTL(t, c, prefix)
+}

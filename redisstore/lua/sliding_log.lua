@@ -2,21 +2,30 @@
 -- Two keys: a ZSET of entries (score: time in µs; member "seq:cost", unique
 -- even within one µs) and a second key (rl:sls:...) holding "sum:seq".
 
-local function sl_meta(mkey)
-  local m = parse(redis.call('GET', mkey))
-  if not m then
-    return 0, 0
-  end
-  return m[1], m[2]
-end
-
 local function sl_cost(member)
   return tonumber(string.match(member, ':(%-?%d+)$'))
 end
 
+-- The log's sum and last sequence number. If the sum key is gone but not
+-- the log (evicted under maxmemory), both are rebuilt from the log, so sums
+-- stay right and new members never collide with old ones.
+local function sl_meta(zkey, mkey)
+  local m = parse(redis.call('GET', mkey))
+  if m then
+    return m[1], m[2]
+  end
+  local sum, seq = 0, 0
+  for _, member in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
+    sum = sum + sl_cost(member)
+    seq = math.max(seq, tonumber(string.match(member, '^(%d+):')))
+  end
+  return sum, seq
+end
+
+
 -- Drops entries at or before now-len and returns the sum of the rest.
 local function sl_trim(zkey, mkey, len, now)
-  local sum, seq = sl_meta(mkey)
+  local sum, seq = sl_meta(zkey, mkey)
   if sum ~= 0 and redis.call('EXISTS', zkey) == 0 then
     -- The log is gone (evicted under maxmemory) but not its sum: the sum
     -- describes nothing any more.
@@ -33,7 +42,9 @@ local function sl_trim(zkey, mkey, len, now)
     if redis.call('EXISTS', zkey) == 0 then
       redis.call('DEL', mkey)
     else
-      redis.call('SET', mkey, int(sum) .. ':' .. int(seq), 'KEEPTTL')
+      -- The sum lives exactly as long as the log (it may have been rebuilt,
+      -- with no TTL of its own yet).
+      redis.call('SET', mkey, int(sum) .. ':' .. int(seq), 'PX', redis.call('PTTL', zkey))
     end
   end
   return sum, seq
@@ -110,7 +121,7 @@ local function sl_check(zkey, mkey, limit, len, now, cost)
 end
 
 local function sl_charge(zkey, mkey, len, now, cost, pad)
-  local sum, seq = sl_meta(mkey)
+  local sum, seq = sl_meta(zkey, mkey)
   sl_add(zkey, mkey, len, now, now, cost, sum, seq, pad)
 end
 
