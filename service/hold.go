@@ -141,30 +141,11 @@ func (s *Service) ReserveHold(ctx context.Context, req Request, opts HoldOptions
 	if id == "" {
 		id = newID()
 	}
-	d := Decision{Allowed: true, At: s.opts.Clock(), ReservationID: id}
-	if len(p.enforced) == 0 {
-		return d, nil, nil
+	d, res, err := s.reserveChecks(ctx, p.enforced, id, start)
+	if err != nil || res == nil {
+		return d, nil, err
 	}
-	td, res, failed, err := s.callStore(ctx, p.enforced, true)
-	var h *Hold
-	switch {
-	case err != nil:
-		return Decision{}, nil, err
-	case failed:
-		var res *tokenlimit.Reservation
-		d, res = s.failoverReserve(p.enforced, true)
-		d.ReservationID = id
-		if res != nil {
-			h = &Hold{svc: s, res: res, checks: p.enforced}
-		}
-	default:
-		d.Allowed, d.At, d.Limits = td.Allowed, td.At, outcomes(p.enforced, td.Results, false)
-		if res != nil {
-			h = &Hold{svc: s, res: res, checks: p.enforced}
-		}
-	}
-	s.metrics.observe(d, time.Since(start))
-	return d, h, nil
+	return d, &Hold{svc: s, res: res, checks: p.enforced}, nil
 }
 
 // Settle tells what the held request really cost: actual is its own cost
@@ -181,18 +162,7 @@ func (h *Hold) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 || actual > tokenlimit.MaxCost {
 		return invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	actuals := make([]int64, len(h.checks))
-	for i, c := range h.checks {
-		if !c.limit.Concurrency {
-			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
-		}
-	}
-	if h.svc.opts.Remote {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, h.svc.opts.StoreTimeout)
-		defer cancel()
-	}
-	if err := h.res.SettleEach(ctx, actuals); err != nil {
+	if err := h.svc.settleChecks(ctx, h.res, h.checks, actual); err != nil {
 		return fmt.Errorf("service: settle: %w", err)
 	}
 	return nil

@@ -174,23 +174,50 @@ func (s *Service) decideHeld(ctx context.Context, h *held, reqs []Request) error
 		return err
 	}
 	h.checks = p.enforced
-	if len(p.enforced) == 0 { // nothing to hold: admitted, as by Check
-		h.decision = Decision{Allowed: true, At: s.opts.Clock(), ReservationID: h.id}
-		return nil
+	h.decision, h.res, err = s.reserveChecks(ctx, p.enforced, h.id, time.Now())
+	return err
+}
+
+// reserveChecks charges checks as estimates, all or nothing, on the store
+// or, while it fails, on the local fail-open budget, and returns the
+// decision (with id) and the reservation to settle: nil when denied, when
+// unavailable, or when there is nothing to charge (admitted, as by Check).
+// start is when the caller began, for the latency metric.
+func (s *Service) reserveChecks(ctx context.Context, checks []check, id string, start time.Time) (Decision, *tokenlimit.Reservation, error) {
+	if len(checks) == 0 {
+		return Decision{Allowed: true, At: s.opts.Clock(), ReservationID: id}, nil, nil
 	}
-	td, res, failed, err := s.callStore(ctx, p.enforced, true)
+	td, res, failed, err := s.callStore(ctx, checks, true)
+	var d Decision
 	switch {
 	case err != nil:
-		return err
+		return Decision{}, nil, err
 	case failed:
-		h.decision, h.res = s.failoverReserve(p.enforced, true)
+		d, res = s.failoverReserve(checks, true)
 	default:
-		h.decision = Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(p.enforced, td.Results, false)}
-		h.res = res
+		d = Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(checks, td.Results, false)}
 	}
-	h.decision.ReservationID = h.id
-	s.metrics.observe(h.decision, 0)
-	return nil
+	d.ReservationID = id
+	s.metrics.observe(d, time.Since(start))
+	return d, res, nil
+}
+
+// settleChecks settles res, reserved for checks, at the request's real cost
+// actual: each limit's cost of it as in Check, 0 for a concurrency slot
+// (released), within the store timeout when the store is remote.
+func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation, checks []check, actual int64) error {
+	actuals := make([]int64, len(checks))
+	for i, c := range checks {
+		if !c.limit.Concurrency {
+			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
+		}
+	}
+	if s.opts.Remote {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
+		defer cancel()
+	}
+	return res.SettleEach(ctx, actuals)
 }
 
 // Settle tells what reservation id really cost: actual is the request's own
@@ -224,18 +251,7 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 		s.reserves.settled(h)
 		return false, nil
 	}
-	if s.opts.Remote {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
-		defer cancel()
-	}
-	actuals := make([]int64, len(h.checks))
-	for i, c := range h.checks {
-		if !c.limit.Concurrency { // a concurrency slot is released: 0
-			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
-		}
-	}
-	if err := h.res.SettleEach(ctx, actuals); err != nil {
+	if err := s.settleChecks(ctx, h.res, h.checks, actual); err != nil {
 		return false, err
 	}
 	h.settled = true
