@@ -1,8 +1,6 @@
 package web
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,9 +100,7 @@ func (d *dashboard) admin(next http.HandlerFunc) http.HandlerFunc {
 				"the key inspector answers loopback clients only (serve --admin-from-anywhere to change it)")
 			return
 		}
-		scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-		given := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(given[:], d.adminKey[:]) != 1 {
+		if !d.adminKey.CarriedBy(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)
 			writeError(w, http.StatusUnauthorized, "Authorization", "want the admin token (Authorization: Bearer <token>)")
 			return

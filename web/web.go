@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -80,7 +81,7 @@ type Options struct {
 type dashboard struct {
 	svc      *service.Service
 	opts     Options
-	adminKey [32]byte
+	adminKey peer.Token
 	static   fs.FS
 	etags    map[string]string
 	sandbox  *sandbox
@@ -107,7 +108,7 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	d := &dashboard{
-		svc: svc, opts: opts, adminKey: sha256.Sum256([]byte(opts.AdminToken)),
+		svc: svc, opts: opts, adminKey: peer.NewToken(opts.AdminToken),
 		static: static, etags: etags,
 		sandbox: newSandbox(opts.Clock, opts.SessionIdle, opts.MaxSessions),
 	}

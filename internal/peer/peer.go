@@ -4,6 +4,8 @@
 package peer
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/netip"
@@ -95,4 +97,24 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 		}
 	}
 	return false
+}
+
+// Token is a secret bearer token, kept as a digest so that comparing it
+// with a request's leaks neither its content nor its length through timing.
+type Token [sha256.Size]byte
+
+// NewToken returns the token of secret.
+func NewToken(secret string) Token { return sha256.Sum256([]byte(secret)) }
+
+// CarriedBy reports whether r carries "Authorization: Bearer <secret>".
+func (t Token) CarriedBy(r *http.Request) bool {
+	given := peerToken(Bearer(r.Header.Get("Authorization")))
+	return subtle.ConstantTimeCompare(given[:], t[:]) == 1
+}
+
+func peerToken(s string) Token {
+	if s == "" {
+		return Token{} // never a digest: an absent token matches nothing
+	}
+	return NewToken(s)
 }

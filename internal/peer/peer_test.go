@@ -62,3 +62,22 @@ func TestBearer(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenCarriedBy(t *testing.T) {
+	t.Parallel()
+	tok := NewToken("s3cret")
+	for header, want := range map[string]bool{
+		"Bearer s3cret": true, "bearer s3cret": true, "Bearer wrong": false, "Basic s3cret": false, "s3cret": false, "": false,
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if header != "" {
+			r.Header.Set("Authorization", header)
+		}
+		if got := tok.CarriedBy(r); got != want {
+			t.Errorf("Authorization %q: %v, want %v", header, got, want)
+		}
+	}
+	if NewToken("").CarriedBy(httptest.NewRequest("GET", "/", nil)) {
+		t.Error("an empty token matched a request with none")
+	}
+}

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"slices"
 	"time"
@@ -10,8 +8,6 @@ import (
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
-
-func tokenHash(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 // admin wraps an admin handler: 403 when no admin token is configured, 401
 // unless the request carries "Authorization: Bearer <AdminToken>". Tokens
@@ -29,9 +25,7 @@ func (a *api) admin(next http.HandlerFunc) http.HandlerFunc {
 				Message: "admin endpoints answer loopback clients only (serve --admin-from-anywhere to change it)"})
 			return
 		}
-		token := peer.Bearer(r.Header.Get("Authorization"))
-		given := tokenHash(token)
-		if token == "" || subtle.ConstantTimeCompare(given[:], a.adminKey[:]) != 1 {
+		if !a.adminKey.CarriedBy(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)
 			writeError(w, &apiError{Status: http.StatusUnauthorized, Field: "Authorization",
 				Message: "want Authorization: Bearer <admin token>"})

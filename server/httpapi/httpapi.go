@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -57,7 +58,7 @@ type api struct {
 	svc      *service.Service
 	opts     Options
 	log      *slog.Logger
-	adminKey [32]byte // SHA-256 of the admin token, for constant-time compares
+	adminKey peer.Token
 }
 
 // New returns the API's handler over svc. It fails if svc is nil or an
@@ -80,7 +81,7 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &api{svc: svc, opts: opts, log: opts.Logger, adminKey: tokenHash(opts.AdminToken)}
+	a := &api{svc: svc, opts: opts, log: opts.Logger, adminKey: peer.NewToken(opts.AdminToken)}
 	return a.routes(), nil
 }
 
