@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenlimit/tokenlimit/tokenizer"
 	"io"
 	"log/slog"
 	"net"
@@ -99,8 +100,8 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	tok := proxy.NewTokenizer()
-	if err := tok.Preload(proxy.O200kBase, proxy.CL100kBase); err != nil {
+	tok := tokenizer.New()
+	if err := tok.Preload(tokenizer.O200kBase, tokenizer.CL100kBase); err != nil {
 		return err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()

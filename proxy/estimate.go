@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/tokenizer"
 )
 
 // Kind is the kind of API call a request path names.
@@ -160,10 +161,14 @@ type errBadBody struct{ reason, param string }
 
 func (e *errBadBody) Error() string { return e.reason }
 
+// counter counts the tokens of a request's parts: its messages, inputs and
+// tool definitions.
+type counter struct{ *tokenizer.Tokenizer }
+
 // estimate parses body, a request of kind k, and counts its prompt. When the
 // request sets no maximum, Completion is n × defaultMax (16 for the legacy
 // completions API, which defaults to it), and CompletionSet is false.
-func (t *Tokenizer) estimate(k Kind, body []byte, defaultMax int64) (Estimate, error) {
+func (t counter) estimate(k Kind, body []byte, defaultMax int64) (Estimate, error) {
 	var b callBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&b); err != nil {
@@ -237,7 +242,7 @@ func completion(k Kind, b callBody, defaultMax int64) (int64, bool) {
 // message, the tokens of each of its fields, 1 more for a name, and 3 to
 // prime the reply. Text parts of multi-part contents are counted; images and
 // audio are not (the usage the upstream reports settles them).
-func (t *Tokenizer) countMessages(model string, msgs []message) (int64, error) {
+func (t counter) countMessages(model string, msgs []message) (int64, error) {
 	total := int64(tokensReplyPrime)
 	for _, m := range msgs {
 		n, err := t.countMessage(model, m)
@@ -249,7 +254,7 @@ func (t *Tokenizer) countMessages(model string, msgs []message) (int64, error) {
 	return total, nil
 }
 
-func (t *Tokenizer) countMessage(model string, m message) (int64, error) {
+func (t counter) countMessage(model string, m message) (int64, error) {
 	texts := []string{m.Role, m.Name, m.ToolCallID, m.Refusal, m.Arguments, m.Output}
 	for _, c := range m.ToolCalls {
 		texts = append(texts, c.Function.Name, c.Function.Arguments)
@@ -304,7 +309,7 @@ func badContent(err error) error {
 
 // countInput counts a prompt or an embeddings input: a string, a list of
 // strings, a list of token ids, or a list of lists of token ids.
-func (t *Tokenizer) countInput(model string, raw json.RawMessage) (int64, error) {
+func (t counter) countInput(model string, raw json.RawMessage) (int64, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return 0, nil
@@ -340,7 +345,7 @@ func (t *Tokenizer) countInput(model string, raw json.RawMessage) (int64, error)
 // countResponsesInput counts the Responses API's instructions and input: a
 // string (a user message), or a list of items (messages counted as chat
 // messages; tool calls and their outputs by their text).
-func (t *Tokenizer) countResponsesInput(model, instructions string, raw json.RawMessage) (int64, error) {
+func (t counter) countResponsesInput(model, instructions string, raw json.RawMessage) (int64, error) {
 	total, err := t.Count(model, instructions)
 	if err != nil {
 		return 0, err
@@ -383,16 +388,16 @@ type functionDef struct {
 // for chat completions with tool calls"), per encoding.
 type toolOverheads struct{ function, properties, property, enum, enumItem, end int64 }
 
-var toolCosts = map[Encoding]toolOverheads{
-	O200kBase:  {function: 7, properties: 3, property: 3, enum: -3, enumItem: 3, end: 12},
-	CL100kBase: {function: 10, properties: 3, property: 3, enum: -3, enumItem: 3, end: 12},
+var toolCosts = map[tokenizer.Encoding]toolOverheads{
+	tokenizer.O200kBase:  {function: 7, properties: 3, property: 3, enum: -3, enumItem: 3, end: 12},
+	tokenizer.CL100kBase: {function: 10, properties: 3, property: 3, enum: -3, enumItem: 3, end: 12},
 }
 
 // countTools counts function definitions as OpenAI's cookbook does: each
 // function's "name:description", each property's "name:type:description"
 // and enum values, with fixed overheads. Tools that are not functions (such
 // as web search) count nothing.
-func (t *Tokenizer) countTools(model string, raw json.RawMessage) (int64, error) {
+func (t counter) countTools(model string, raw json.RawMessage) (int64, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return 0, nil
@@ -401,10 +406,11 @@ func (t *Tokenizer) countTools(model string, raw json.RawMessage) (int64, error)
 	if err := json.Unmarshal(raw, &tools); err != nil {
 		return 0, &errBadBody{reason: fmt.Sprintf("tools: want a list of tool definitions: %v", err)}
 	}
-	if _, err := t.encoding(EncodingFor(model)); err != nil {
+	enc, err := t.Load(model)
+	if err != nil {
 		return 0, err
 	}
-	cost := toolCosts[EncodingFor(model)]
+	cost := toolCosts[enc]
 	var total int64
 	count := func(s string) {
 		n, _ := t.Count(model, s) // cannot fail: the encoding is loaded

@@ -116,7 +116,7 @@ func TestEstimate(t *testing.T) {
 		{"embeddings token arrays", Embeddings, `{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, 3, 0, false},
 		{"responses items", Responses, `{"model":"gpt-4o","input":[{"role":"user","content":"Say hello"},{"type":"function_call_output","call_id":"c","output":"42"}],"max_output_tokens":7}`, 3 + (3 + 1 + 2) + (3 + 1), 7, true},
 	} {
-		e, err := tokenizer.estimate(tt.kind, []byte(tt.body), 1000)
+		e, err := testTokens.estimate(tt.kind, []byte(tt.body), 1000)
 		if err != nil || e.Prompt != tt.prompt || e.Completion != tt.completion || e.CompletionSet != tt.set {
 			t.Errorf("%s: %+v, %v; want prompt %d, completion %d (set %v)", tt.name, e, err, tt.prompt, tt.completion, tt.set)
 		}
@@ -127,7 +127,7 @@ func TestEstimate(t *testing.T) {
 			kind = Embeddings
 		}
 		var bad *errBadBody
-		if _, err := tokenizer.estimate(kind, []byte(body), 1000); !errors.As(err, &bad) {
+		if _, err := testTokens.estimate(kind, []byte(body), 1000); !errors.As(err, &bad) {
 			t.Errorf("estimate(%s) = %v, want a bad body", body, err)
 		}
 	}
@@ -167,7 +167,7 @@ func TestEventStreamFraming(t *testing.T) {
 		"data: [DONE]",
 	}
 	var settled []Settlement
-	p := &Proxy{tok: tokenizer, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
+	p := &Proxy{tok: testTokens, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
 	c := &call{kind: Chat, injected: true, est: Estimate{Model: "gpt-4o", Prompt: 5}}
 	s := newEventStream(p, c, &chunked{parts: append([]string(nil), parts...), err: io.EOF})
 	got, err := io.ReadAll(s)
@@ -253,7 +253,7 @@ func TestStreamCountsAsItGoes(t *testing.T) {
 	for range 1000 {
 		events.WriteString(`data: {"choices":[{"delta":{"content":"` + word + `"}}]}` + "\n\n")
 	}
-	p := &Proxy{tok: tokenizer, log: slog.New(slog.DiscardHandler)}
+	p := &Proxy{tok: testTokens, log: slog.New(slog.DiscardHandler)}
 	c := &call{est: Estimate{Model: "gpt-4o"}}
 	s := newEventStream(p, c, io.NopCloser(strings.NewReader(events.String())))
 	buf := make([]byte, 4096)
@@ -266,7 +266,7 @@ func TestStreamCountsAsItGoes(t *testing.T) {
 		}
 	}
 	got := s.counted + p.count(c, s.forwarded.String())
-	want, _ := tokenizer.Count("gpt-4o", strings.Repeat(word, 1000))
+	want, _ := testTokens.Count("gpt-4o", strings.Repeat(word, 1000))
 	if got < want || got > want+want/100 {
 		t.Errorf("counted %d tokens, the whole text has %d", got, want)
 	}

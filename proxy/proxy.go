@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tokenlimit/tokenlimit/tokenizer"
 	"io"
 	"log/slog"
 	"net/http"
@@ -109,8 +110,8 @@ type Options struct {
 	// SettleTimeout bounds settling a reservation once the call is over.
 	// Default 5s.
 	SettleTimeout time.Duration
-	// Tokenizer counts tokens; NewTokenizer() when nil.
-	Tokenizer *Tokenizer
+	// Tokenizer counts tokens; tokenizer.New() when nil.
+	Tokenizer *tokenizer.Tokenizer
 	// Logger receives the proxy's logs; slog.Default() when nil. Api keys
 	// are logged redacted.
 	Logger *slog.Logger
@@ -164,7 +165,7 @@ type Settlement struct {
 type Proxy struct {
 	svc  *service.Service
 	opts Options
-	tok  *Tokenizer
+	tok  counter
 	log  *slog.Logger
 	rp   *httputil.ReverseProxy
 }
@@ -181,7 +182,7 @@ func New(svc *service.Service, opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: unknown UnknownKeys policy %d", opts.UnknownKeys)
 	}
 	opts = withDefaults(opts)
-	p := &Proxy{svc: svc, opts: opts, tok: opts.Tokenizer, log: opts.Logger}
+	p := &Proxy{svc: svc, opts: opts, tok: counter{opts.Tokenizer}, log: opts.Logger}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.modifyResponse,
@@ -226,7 +227,7 @@ func withDefaults(o Options) Options {
 		o.SettleTimeout = DefaultSettleTimeout
 	}
 	if o.Tokenizer == nil {
-		o.Tokenizer = NewTokenizer()
+		o.Tokenizer = tokenizer.New()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

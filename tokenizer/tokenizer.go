@@ -1,4 +1,8 @@
-package proxy
+// Package tokenizer counts tokens the way OpenAI's models do, offline and
+// without building the tokens: a hand-written splitter that cuts text where
+// the encodings' split patterns do, and tiktoken's byte-pair merge over each
+// piece. The vocabularies are embedded in the binary.
+package tokenizer
 
 import (
 	"fmt"
@@ -86,7 +90,7 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 // building the tokens: about 30 µs per 1,000 tokens of English. An
 // encoding's vocabulary is loaded on its first use (about 70 ms and 10 MB of
 // heap for o200k_base) or by Preload. The zero value is not usable; call
-// NewTokenizer. A Tokenizer is safe for concurrent use.
+// New. A Tokenizer is safe for concurrent use.
 type Tokenizer struct {
 	encodings map[Encoding]*lazyEncoding
 }
@@ -97,8 +101,8 @@ type lazyEncoding struct {
 	err  error
 }
 
-// NewTokenizer returns a tokenizer that loads each encoding on first use.
-func NewTokenizer() *Tokenizer {
+// New returns a tokenizer that loads each encoding on first use.
+func New() *Tokenizer {
 	t := &Tokenizer{encodings: map[Encoding]*lazyEncoding{}}
 	for name := range encodingSpecs {
 		t.encodings[name] = &lazyEncoding{}
@@ -115,6 +119,14 @@ func (t *Tokenizer) Preload(encodings ...Encoding) error {
 		}
 	}
 	return nil
+}
+
+// Load loads the encoding of model (see EncodingFor) if it is not loaded
+// yet, and returns it; once it returns no error, Count on model cannot fail.
+func (t *Tokenizer) Load(model string) (Encoding, error) {
+	e := EncodingFor(model)
+	_, err := t.encoding(e)
+	return e, err
 }
 
 // encoding returns the loaded encoding e.
