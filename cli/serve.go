@@ -80,7 +80,7 @@ rejected and the running limits stay.`,
 	f.storeFlags.register(fl)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
-	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed (repeatable)")
+	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	return cmd
 }

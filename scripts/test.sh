@@ -28,6 +28,16 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 echo "==> $(/usr/bin/chromium --version 2>/dev/null)"
 
+# NGINX and Caddy: the gateway examples' tests (examples/gateways) run them.
+for pkg in nginx-light:nginx caddy:caddy; do
+	if ! command -v "${pkg#*:}" >/dev/null 2>&1 && [ ! -x "/usr/sbin/${pkg#*:}" ]; then
+		echo "==> ${pkg#*:} missing: installing it (apt-get install ${pkg%%:*})"
+		as_root apt-get update
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${pkg%%:*}"
+	fi
+done
+echo "==> $( (command -v nginx >/dev/null && nginx -v || /usr/sbin/nginx -v) 2>&1), caddy $(caddy version)"
+
 echo "==> go vet ./..."
 go vet ./...
 

@@ -285,9 +285,9 @@ func TestStoreFailing(t *testing.T) {
 		t.Errorf("readyz while failing: %d %s", r.status, r.body)
 	}
 	wantStatus(t, e.do(http.MethodGet, "/healthz", ""), http.StatusOK)
-	// Forward-auth says so in one line.
+	// Forward-auth says so in its JSON body.
 	r = e.do(http.MethodGet, "/v1/forward-auth", "", "X-User: a", "X-Forwarded-Uri: /v1/pay")
-	if r.status != http.StatusServiceUnavailable || r.body != "rate limiter unavailable\n" {
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, `"unavailable":true`) {
 		t.Errorf("forward-auth while failing: %d %q", r.status, r.body)
 	}
 

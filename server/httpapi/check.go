@@ -106,11 +106,16 @@ func status(d service.Decision) int {
 // JSON body.
 func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []service.Request) {
 	a.setRateLimitHeaders(w.Header(), d, reqs)
+	writeJSON(w, status(d), bodyOf(d))
+}
+
+// bodyOf is the JSON answer to d.
+func bodyOf(d service.Decision) decisionBody {
 	body := decisionBody{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
 	if d.Unavailable {
 		body.Error = &apiError{Message: unavailableMessage}
 	}
-	writeJSON(w, status(d), body)
+	return body
 }
 
 // check serves POST /v1/check.

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,14 +11,20 @@ import (
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
+// bodyHeader carries, in the NGINX mode (deny_status=403), the JSON body of
+// a denial or an unavailable answer: auth_request drops the sub-request's
+// body, but can hand a header to the page it answers the client with.
+const bodyHeader = "X-Tokenlimit-Body"
+
 // forwardAuth serves /v1/forward-auth, for any method: the descriptors come
-// from the request's headers, as a gateway's forward-auth (Traefik
-// forwardAuth, NGINX auth_request) sends them, and the answer is the status
-// and rate-limit headers of /v1/check with a one-line text body.
+// from the request's headers, as a gateway's forward-auth (Caddy
+// forward_auth, Traefik forwardAuth, NGINX auth_request) sends them, and the
+// answer is the status, rate-limit headers and JSON body of /v1/check.
 //
 // The query parameter deny_status=403 makes a denial answer 403 instead of
 // 429, for NGINX auth_request, which treats any status but 2xx, 401 and 403
-// as an error.
+// as an error; a denial or unavailable answer then also carries its body in
+// the X-Tokenlimit-Body header.
 func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	denyStatus := http.StatusTooManyRequests
 	switch v := r.URL.Query().Get("deny_status"); v {
@@ -40,22 +48,26 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	a.logDecision(r.Context(), "forward-auth", d, reqs)
 	a.setRateLimitHeaders(w.Header(), d, reqs)
-	code, text := status(d), ""
-	switch code {
-	case http.StatusTooManyRequests:
-		code, text = denyStatus, "rate limit exceeded\n"
-		if o, ok := d.Tightest(); ok {
-			text = "rate limit exceeded: " + o.Name + "\n"
-		}
-	case http.StatusServiceUnavailable:
-		text = "rate limiter unavailable\n"
+	code, body := status(d), bodyOf(d)
+	if code == http.StatusTooManyRequests {
+		code = denyStatus
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_, _ = w.Write([]byte(text))
+	if denyStatus == http.StatusForbidden && code != http.StatusOK {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(body) // strings, numbers and booleans always encode
+		w.Header()[bodyHeader] = []string{strings.TrimSuffix(b.String(), "\n")}
+	}
+	writeJSON(w, code, body)
 }
+
+// The headers forward-auth reads, one value each.
+const (
+	hdrForwardedURI = "X-Forwarded-Uri"
+	hdrOriginalURI  = "X-Original-Uri"
+	hdrCost         = "X-Cost"
+)
 
 // headerRequest builds a check from forward-auth headers:
 //
@@ -66,36 +78,58 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 //	route    the path of X-Forwarded-Uri, else of X-Original-URI
 //	ip       the client address (see clientIP)
 //	cost     X-Cost, a non-negative integer (absent: 1)
+//
+// A header given twice, or X-Forwarded-Uri and X-Original-URI naming two
+// different routes, is a 400: a gateway sets one value, so a second one was
+// written by the client and neither can be believed. (A gateway that sets
+// X-Original-URI and passes the client's X-Forwarded-Uri on would otherwise
+// let the client pick its route, and so its cost.)
 func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 	h := r.Header
+	var dup *apiError
+	one := func(name string) string {
+		vs := h.Values(name)
+		if len(vs) > 1 && dup == nil {
+			dup = badRequest(http.CanonicalHeaderKey(name), "given %d times; the gateway must set it once", len(vs))
+		}
+		if len(vs) == 0 {
+			return ""
+		}
+		return strings.TrimSpace(vs[0])
+	}
 	d := map[string]string{}
 	set := func(name, v string) {
-		if v = strings.TrimSpace(v); v != "" {
+		if v != "" {
 			d[name] = v
 		}
 	}
-	set("api_key", peer.Bearer(h.Get("Authorization")))
-	if d["api_key"] == "" {
-		set("api_key", h.Get("X-Api-Key"))
+	set("api_key", strings.TrimSpace(peer.Bearer(one("Authorization"))))
+	if apiKey := one("X-Api-Key"); d["api_key"] == "" {
+		set("api_key", apiKey)
 	}
-	set("user", h.Get("X-User"))
-	set("model", h.Get("X-Model"))
-	set("tenant", h.Get("X-Tenant"))
-	uri := h.Get("X-Forwarded-Uri")
-	if uri == "" {
-		uri = h.Get("X-Original-URI")
+	set("user", one("X-User"))
+	set("model", one("X-Model"))
+	set("tenant", one("X-Tenant"))
+	fwd, orig := routeOf(one(hdrForwardedURI)), routeOf(one(hdrOriginalURI))
+	cost := one(hdrCost)
+	if dup != nil {
+		return service.Request{}, dup
 	}
-	set("route", routeOf(uri))
+	if fwd != "" && orig != "" && fwd != orig {
+		return service.Request{}, badRequest(hdrForwardedURI, "names route %q while X-Original-URI names %q; the gateway must set one and drop the client's", fwd, orig)
+	}
+	set("route", fwd)
+	set("route", orig)
 	if ip := peer.ClientIP(r, a.opts.TrustedProxies); ip.IsValid() {
 		d["ip"] = ip.String()
 	}
 	req := service.Request{Descriptors: d}
-	if v := h.Get("X-Cost"); v != "" {
-		cost, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil || cost < 0 {
-			return req, badRequest("X-Cost", "want a non-negative integer, got %q", v)
+	if cost != "" {
+		n, err := strconv.ParseInt(cost, 10, 64)
+		if err != nil || n < 0 {
+			return req, badRequest(hdrCost, "want a non-negative integer, got %q", cost)
 		}
-		req.Cost = cost
+		req.Cost = n
 	}
 	return req, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ var storeCases = []struct {
 	{"ShadowLimits", testShadowLimits},
 	{"CostExceedsLimit", testCostExceedsLimit},
 	{"ForwardAuthHeaders", testForwardAuthHeaders},
+	{"ForwardAuthAmbiguousHeaders", testForwardAuthAmbiguousHeaders},
 	{"ForwardAuthQuickstart", testForwardAuthQuickstart},
 	{"ForwardAuthClientIP", testForwardAuthClientIP},
 	{"ReserveSettle", testReserveSettle},
@@ -285,8 +287,8 @@ func testForwardAuthHeaders(t *testing.T, b backend) {
 		"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "60", "X-RateLimit-Reset": "4",
 		"RateLimit": `"everything";r=60;t=4`, "RateLimit-Policy": `"everything";q=100;w=10`,
 	})
-	if r.body != "" {
-		t.Errorf("allowed forward-auth body %q, want empty", r.body)
+	if !strings.HasPrefix(r.body, `{"allowed":true,"limits":[{"name":"everything",`) || r.header.Get("X-Tokenlimit-Body") != "" {
+		t.Errorf("allowed forward-auth body %q (X-Tokenlimit-Body %q), want the decision", r.body, r.header.Get("X-Tokenlimit-Body"))
 	}
 	got := e.inspect(token, `{"api_key": "sk-live-123", "user": "hana", "model": "gpt-x", "tenant": "acme",
 		"route": "/v1/chat/completions", "ip": "127.0.0.1"}`)["everything"]
@@ -294,7 +296,7 @@ func testForwardAuthHeaders(t *testing.T, b backend) {
 		t.Fatalf("inspect: %+v, want 60 left on the budget forward-auth charged", got)
 	}
 	// X-Api-Key and X-Original-URI (NGINX), any method; a denial is 429 with
-	// a one-line body, or 403 when asked.
+	// the decision as JSON, or 403 when asked, with that body in a header too.
 	headers := []string{"X-Api-Key: sk-live-123", "X-User: hana", "X-Model: gpt-x", "X-Tenant: acme",
 		"X-Original-URI: /v1/chat/completions", "X-Cost: 61"}
 	r = e.do(http.MethodPut, "/v1/forward-auth", "", headers...)
@@ -303,13 +305,45 @@ func testForwardAuthHeaders(t *testing.T, b backend) {
 		"Retry-After": "1", "X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "60", "X-RateLimit-Reset": "4",
 		"RateLimit": `"everything";r=60;t=4`, "RateLimit-Policy": `"everything";q=100;w=10`,
 	})
-	if r.body != "rate limit exceeded: everything\n" || r.header.Get("Content-Type") != "text/plain; charset=utf-8" {
+	if !strings.HasPrefix(r.body, `{"allowed":false,"limits":[{"name":"everything",`) || r.header.Get("Content-Type") != "application/json" {
 		t.Errorf("denied body %q (%s)", r.body, r.header.Get("Content-Type"))
 	}
 	r = e.do(http.MethodGet, "/v1/forward-auth?deny_status=403", "", headers...)
 	wantStatus(t, r, http.StatusForbidden)
 	if r.header.Get("Retry-After") != "1" {
 		t.Errorf("403 denial: Retry-After %q, want 1", r.header.Get("Retry-After"))
+	}
+	if got := r.header.Get("X-Tokenlimit-Body"); got == "" || got+"\n" != r.body {
+		t.Errorf("403 denial: X-Tokenlimit-Body %q, want the body %q", got, r.body)
+	}
+}
+
+// A header that names the route, identity or cost may be given once: a
+// second value (or a second route header naming another route) was written
+// by the client, and forward-auth refuses it rather than believe either.
+func testForwardAuthAmbiguousHeaders(t *testing.T, b backend) {
+	e := newEnv(t, b, setup{})
+	cases := []struct {
+		field   string
+		headers []string
+	}{
+		{"X-Forwarded-Uri", []string{"X-User: a", "X-Original-URI: /v1/embed", "X-Forwarded-Uri: /v1/chat"}},
+		{"X-Original-Uri", []string{"X-User: a", "X-Original-URI: /v1/embed", "X-Original-URI: /v1/chat"}},
+		{"X-Cost", []string{"X-User: a", "X-Cost: 1", "X-Cost: 3"}},
+		{"X-User", []string{"X-User: a", "X-User: b"}},
+	}
+	for _, c := range cases {
+		r := e.do(http.MethodGet, "/v1/forward-auth", "", c.headers...)
+		wantStatus(t, r, http.StatusBadRequest)
+		if !strings.Contains(r.body, `"field":"`+c.field+`"`) {
+			t.Errorf("%v: body %s, want field %s", c.headers, r.body, c.field)
+		}
+	}
+	// The same route under both names is one route: the embed weight.
+	r := e.do(http.MethodGet, "/v1/forward-auth", "", "X-User: a", "X-Original-URI: /v1/embed", "X-Forwarded-Uri: /v1/embed?x=1")
+	wantStatus(t, r, http.StatusOK)
+	if got := r.header.Get("X-RateLimit-Remaining"); got != "7" {
+		t.Errorf("remaining %s, want 7 (the embed weight 3 charged once)", got)
 	}
 }
 
