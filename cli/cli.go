@@ -27,16 +27,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand(), benchCommand())
+	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand(), benchCommand(), migrateCommand())
 	return root.ExecuteContext(ctx)
 }
 
 func validateCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate FILE",
-		Short: "Check a configuration file; exit status 0 when it is valid",
-		Args:  exactArgs(1, "FILE"),
+	var envoyDir string
+	var merge bool
+	cmd := &cobra.Command{
+		Use:   "validate FILE | validate --envoy-config DIR",
+		Short: "Check a configuration file (or an envoyproxy/ratelimit directory); exit status 0 when it is valid",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if envoyDir != "" {
+				return exactArgs(0, "no FILE with --envoy-config")(cmd, args)
+			}
+			return exactArgs(1, "FILE")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if envoyDir != "" {
+				return validateEnvoy(cmd.OutOrStdout(), envoyDir, merge)
+			}
 			cfg, err := config.Load(args[0])
 			if err != nil {
 				return err
@@ -45,6 +55,9 @@ func validateCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&envoyDir, "envoy-config", "", "check a directory of envoyproxy/ratelimit *.yaml files instead")
+	cmd.Flags().BoolVar(&merge, "merge-domains", false, "with --envoy-config: let several files configure one domain (MERGE_DOMAIN_CONFIG)")
+	return cmd
 }
 
 // exactArgs is cobra.ExactArgs with a message that names what is missing.

@@ -56,6 +56,9 @@ type serveFlags struct {
 	adminAnywhere  bool
 	trustedProxies []string
 	reloadEvery    time.Duration
+	envoyConfig    string        // --envoy-config: the envoyproxy/ratelimit compatibility mode
+	envoyEnv       bool          // --envoy-env
+	envoy          envoySettings // from --envoy-env
 }
 
 func serveCommand() *cobra.Command {
@@ -69,6 +72,17 @@ The configuration reloads on SIGHUP and when the file changes; a bad file is
 rejected and the running limits stay.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.envoyEnv {
+				if err := applyEnvoyEnv(&f, cmd.Flags(), os.Getenv); err != nil {
+					return fmt.Errorf("--envoy-env: %w", err)
+				}
+			}
+			if f.envoyConfig != "" {
+				if cmd.Flags().Changed("config") {
+					return fmt.Errorf("--config and --envoy-config: give one, --envoy-config DIR is the whole configuration: %w", errUsage)
+				}
+				return serveEnvoy(cmd.Context(), f, cmd.OutOrStdout())
+			}
 			return serve(cmd.Context(), f, cmd.OutOrStdout())
 		},
 	}
@@ -81,7 +95,9 @@ rejected and the running limits stay.`,
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
-	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
+	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file or --envoy-config directory (0: only on SIGHUP)")
+	fl.StringVar(&f.envoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit *.yaml files: answer as envoyproxy/ratelimit does (see docs/rls.md)")
+	fl.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT, PORT, LOG_LEVEL, ...); implies the compatibility mode")
 	return cmd
 }
 
@@ -159,19 +175,13 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, 
 	return err
 }
 
+// serveGRPC serves the Rate Limit Service, health and reflection; health
+// says NOT_SERVING while the store is degraded, as /readyz answers 503.
 func serveGRPC(addr string, svc *service.Service, log *slog.Logger, fail context.CancelCauseFunc) (*grpc.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
-	}
-	srv := grpc.NewServer()
-	if err := rlsv3.Register(srv, svc, rlsv3.Options{Logger: log}); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	go func() { fail(ignoreClosed(srv.Serve(ln))) }()
-	log.Info("serving gRPC (Envoy rate limit service v3)", "addr", ln.Addr().String())
-	return srv, nil
+	ready := func(context.Context) bool { return !svc.Health().Degraded }
+	return listenGRPC(addr, log, fail, ready, func(s *grpc.Server) error {
+		return rlsv3.Register(s, svc, rlsv3.Options{Logger: log})
+	})
 }
 
 func servePprof(addr string, log *slog.Logger, fail context.CancelCauseFunc) (*http.Server, error) {

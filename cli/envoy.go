@@ -1,0 +1,400 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/envoycompat"
+	"github.com/tokenlimit/tokenlimit/server/rlsv3"
+)
+
+// envoySettings are the envoyproxy/ratelimit settings the compatibility
+// mode honours, from its environment variables (--envoy-env) or defaults.
+type envoySettings struct {
+	logLevel slog.Level
+	load     envoycompat.LoadOptions
+	engine   envoycompat.Options
+}
+
+// envoyDir is a directory of envoyproxy/ratelimit files and the digest of
+// the names and contents last read from it, so a change is noticed once.
+type envoyDir struct {
+	path string
+	opts envoycompat.LoadOptions
+	last [sha256.Size]byte
+}
+
+func (d *envoyDir) digest() ([sha256.Size]byte, error) {
+	files, err := envoycompat.ConfigFiles(d.path)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return [sha256.Size]byte{}, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+		h.Write(data)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum, nil
+}
+
+// load reads the directory and remembers its digest.
+func (d *envoyDir) load() (*envoycompat.Config, error) {
+	sum, err := d.digest()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := envoycompat.Load(d.path, d.opts)
+	if err != nil {
+		return nil, err
+	}
+	d.last = sum
+	return cfg, nil
+}
+
+func (d *envoyDir) changed() bool {
+	sum, err := d.digest()
+	return err == nil && sum != d.last
+}
+
+// watch reloads the configuration into e on SIGHUP and, every interval (0:
+// never), when a file changed, was added or removed. A bad configuration
+// is logged and the running one stays.
+func (d *envoyDir) watch(ctx context.Context, every time.Duration, e *envoycompat.Engine, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case <-tick:
+			if !d.changed() {
+				continue
+			}
+		}
+		cfg, err := d.load()
+		if err != nil {
+			log.Error("envoy config rejected; the running limits stay", "dir", d.path, "error", err)
+			continue
+		}
+		e.SetConfig(cfg)
+		log.Info("envoy config reloaded", "dir", d.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits))
+	}
+}
+
+// serveEnvoy runs the envoyproxy/ratelimit compatibility mode: the RLS on
+// the gRPC address, POST /json and GET /healthcheck on the HTTP address.
+func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: f.envoy.logLevel}))
+	dir := &envoyDir{path: f.envoyConfig, opts: f.envoy.load}
+	cfg, err := dir.load()
+	if err != nil {
+		return err
+	}
+	store, storeName, closeStore, err := openStore(f.storeFlags)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	engine, err := envoycompat.New(store, cfg, f.envoy.engine)
+	if err != nil {
+		return err
+	}
+	ready := storeReady(store, f.storeTimeout)
+	mux := http.NewServeMux()
+	mux.Handle("/json", rlsv3.JSONHandler(engine, log))
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		if !ready(r.Context()) {
+			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	httpLn, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", f.listen, err)
+	}
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { cancel(ignoreClosed(httpSrv.Serve(httpLn))) }()
+	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "endpoints", "POST /json, GET /healthcheck")
+	var grpcSrv *grpc.Server
+	if f.grpcListen != "" {
+		grpcSrv, err = listenGRPC(f.grpcListen, log, cancel, ready, func(s *grpc.Server) error {
+			return rlsv3.RegisterEnvoyCompat(s, engine, rlsv3.Options{Logger: log})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	log.Info("serving envoyproxy/ratelimit compatibility mode", "config", dir.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits),
+		"store", storeName)
+	go dir.watch(ctx, f.reloadEvery, engine, log)
+	<-ctx.Done()
+	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	err = httpSrv.Shutdown(shutdownCtx)
+	if grpcSrv != nil {
+		grpcSrv.GracefulStop()
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// storeReady reports whether the store answers a peek within timeout.
+func storeReady(store tokenlimit.Store, timeout time.Duration) func(context.Context) bool {
+	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
+	return func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1))
+		return err == nil
+	}
+}
+
+// The envoyproxy/ratelimit settings --envoy-env reads, with its defaults.
+const (
+	envRuntimeRoot = "/srv/runtime_data/current"
+	envAppDir      = "config"
+	envRedisURL    = "/var/run/nutcracker/ratelimit.sock"
+)
+
+// applyEnvoyEnv sets serve's flags from envoyproxy/ratelimit's environment
+// variables (read through getenv), leaving alone the flags given on the
+// command line (changed). Settings that would change answers and that the
+// compatibility mode does not implement are refused, naming the variable.
+func applyEnvoyEnv(f *serveFlags, fl *pflag.FlagSet, getenv func(string) string) error {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	var errs []error
+	boolean := func(name string) bool {
+		v := getenv(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want true or false", name, v))
+		}
+		return b
+	}
+	for name, want := range map[string]string{"BACKEND_TYPE": "redis", "CONFIG_TYPE": "FILE"} {
+		if v := getenv(name); v != "" && !strings.EqualFold(v, want) {
+			errs = append(errs, fmt.Errorf("%s=%q: the compatibility mode supports only %s", name, v, want))
+		}
+	}
+	for _, name := range []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_PERSECOND"} {
+		if boolean(name) {
+			errs = append(errs, fmt.Errorf("%s=true: not supported by the compatibility mode", name))
+		}
+	}
+	if v := getenv("GRPC_UDS"); v != "" {
+		errs = append(errs, fmt.Errorf("GRPC_UDS=%q: not supported; use GRPC_HOST and GRPC_PORT", v))
+	}
+	if !fl.Changed("envoy-config") {
+		f.envoyConfig = filepath.Join(env("RUNTIME_ROOT", envRuntimeRoot), getenv("RUNTIME_SUBDIRECTORY"), env("RUNTIME_APPDIRECTORY", envAppDir))
+	}
+	if !fl.Changed("listen") {
+		f.listen = net.JoinHostPort(env("HOST", "0.0.0.0"), env("PORT", "8080"))
+	}
+	if !fl.Changed("grpc-listen") {
+		f.grpcListen = net.JoinHostPort(env("GRPC_HOST", "0.0.0.0"), env("GRPC_PORT", "8081"))
+	}
+	if !fl.Changed("redis") {
+		u, err := envoyRedisURL(env("REDIS_SOCKET_TYPE", "unix"), env("REDIS_TYPE", "SINGLE"), env("REDIS_URL", envRedisURL), getenv("REDIS_AUTH"), boolean("REDIS_TLS"))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		f.redis = u
+	}
+	level, err := envoyLogLevel(env("LOG_LEVEL", "WARN"))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	f.envoy.logLevel = level
+	f.envoy.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
+	f.envoy.engine.KeyPrefix = getenv("CACHE_KEY_PREFIX")
+	f.envoy.engine.GlobalShadowMode = boolean("SHADOW_MODE")
+	f.envoy.engine.GlobalQuotaMode = boolean("QUOTA_MODE")
+	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
+		f.envoy.engine.Headers = &envoycompat.HeaderNames{
+			Limit:     env("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+			Remaining: env("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+			Reset:     env("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// envoyRedisURL turns envoyproxy/ratelimit's Redis settings into the URL
+// --redis takes. REDIS_URL is host:port (tcp) or a socket path (unix);
+// for CLUSTER a comma-separated list of host:port; for SENTINEL the master
+// set's name, then the sentinels' host:port, comma-separated. REDIS_AUTH is
+// "password" or "user:password".
+func envoyRedisURL(socket, typ, addr, auth string, tls bool) (string, error) {
+	u := url.URL{Scheme: "redis"}
+	if tls {
+		u.Scheme = "rediss"
+	}
+	if auth != "" {
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			u.User = url.UserPassword(user, pass)
+		} else {
+			u.User = url.UserPassword("", auth)
+		}
+	}
+	parts := strings.Split(addr, ",")
+	q := url.Values{}
+	switch strings.ToUpper(typ) {
+	case "SINGLE":
+		if len(parts) != 1 {
+			return "", fmt.Errorf("REDIS_URL=%q: want one address for REDIS_TYPE=SINGLE", addr)
+		}
+	case "CLUSTER":
+		for _, p := range parts[1:] {
+			q.Add("addr", p)
+		}
+	case "SENTINEL":
+		if len(parts) < 2 {
+			return "", fmt.Errorf("REDIS_URL=%q: want MASTER_NAME,HOST:PORT[,HOST:PORT...] for REDIS_TYPE=SENTINEL", addr)
+		}
+		q.Set("master_set", parts[0])
+		parts = parts[1:]
+		for _, p := range parts[1:] {
+			q.Add("addr", p)
+		}
+	default:
+		return "", fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", typ)
+	}
+	switch strings.ToLower(socket) {
+	case "tcp":
+		u.Host = parts[0]
+	case "unix":
+		if strings.ToUpper(typ) != "SINGLE" {
+			return "", fmt.Errorf("REDIS_SOCKET_TYPE=unix: only with REDIS_TYPE=SINGLE")
+		}
+		u.Scheme, u.Path = "unix", parts[0]
+	default:
+		return "", fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", socket)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// envoyLogLevel maps LOG_LEVEL (logrus's names) to a slog level.
+func envoyLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "trace", "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error", "fatal", "panic":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", s)
+}
+
+func validateEnvoy(out io.Writer, dir string, merge bool) error {
+	cfg, err := envoycompat.Load(dir, envoycompat.LoadOptions{MergeDomains: merge})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: valid envoyproxy/ratelimit configuration, %d files, %d domains, %d limits\n", dir, len(cfg.Files), len(cfg.Domains()), len(cfg.Limits))
+	return nil
+}
+
+func migrateCommand() *cobra.Command {
+	var dir string
+	var merge bool
+	cmd := &cobra.Command{
+		Use:   "migrate --from-envoy DIR",
+		Short: "Print the native configuration closest to an envoyproxy/ratelimit directory, and what only the compatibility mode has",
+		Long: `Print, on stdout, the tokenlimit configuration equivalent to the
+envoyproxy/ratelimit files in DIR where one exists, as YAML whose comments
+name every feature that only the compatibility mode (serve --envoy-config DIR)
+has. The global differences between the two modes are listed first.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return fmt.Errorf("migrate: --from-envoy DIR is required: %w", errUsage)
+			}
+			cfg, err := envoycompat.Load(dir, envoycompat.LoadOptions{MergeDomains: merge})
+			if err != nil {
+				return err
+			}
+			m, err := envoycompat.Migrate(cfg)
+			if err != nil {
+				return err
+			}
+			return writeMigration(cmd.OutOrStdout(), dir, m)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "from-envoy", "", "directory of envoyproxy/ratelimit *.yaml files")
+	cmd.Flags().BoolVar(&merge, "merge-domains", false, "let several files configure one domain (MERGE_DOMAIN_CONFIG)")
+	return cmd
+}
+
+func writeMigration(w io.Writer, dir string, m envoycompat.Migration) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Native tokenlimit limits closest to the envoyproxy/ratelimit configuration in %s.\n", dir)
+	b.WriteString("# To keep envoyproxy/ratelimit's answers exactly, run `tokenlimit serve --envoy-config DIR` instead.\n#\n")
+	b.WriteString("# Native mode differs everywhere in these points:\n")
+	for _, d := range envoycompat.GlobalDifferences {
+		fmt.Fprintf(&b, "#   - %s\n", d)
+	}
+	if len(m.CompatOnly) > 0 {
+		b.WriteString("#\n# Only the compatibility mode has, in this configuration:\n")
+		for _, n := range m.CompatOnly {
+			fmt.Fprintf(&b, "#   - %s\n", n)
+		}
+	}
+	if m.Limits == 0 {
+		b.WriteString("#\n# No limit of this configuration has a native equivalent.\nlimits: []\n")
+	} else {
+		b.WriteString("\n")
+		b.Write(m.YAML)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

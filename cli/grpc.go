@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+)
+
+// rlsServiceName is the Rate Limit Service's full gRPC name.
+const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// healthPoll is how often a Watch of the health service looks for a change.
+const healthPoll = time.Second
+
+// listenGRPC serves gRPC on addr: the services register adds, server
+// reflection, and grpc.health.v1.Health, SERVING while ready reports true.
+// A serve error ends the program through fail.
+func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, ready func(context.Context) bool, register func(*grpc.Server) error) (*grpc.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
+	}
+	srv := grpc.NewServer()
+	if err := register(srv); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	healthpb.RegisterHealthServer(srv, &health{ready: ready})
+	reflection.Register(srv)
+	go func() { fail(ignoreClosed(srv.Serve(ln))) }()
+	log.Info("serving gRPC (Envoy rate limit service v3)", "addr", ln.Addr().String(), "also", "grpc.health.v1.Health, server reflection")
+	return srv, nil
+}
+
+// health is grpc.health.v1.Health for the whole server ("") and the Rate
+// Limit Service, both SERVING while ready reports true and NOT_SERVING
+// otherwise; any other service is NotFound.
+type health struct {
+	healthpb.UnimplementedHealthServer
+	ready func(context.Context) bool
+}
+
+func (h *health) status(ctx context.Context, service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	if service != "" && service != rlsServiceName {
+		return 0, status.Errorf(codes.NotFound, "unknown service %q", service)
+	}
+	if h.ready(ctx) {
+		return healthpb.HealthCheckResponse_SERVING, nil
+	}
+	return healthpb.HealthCheckResponse_NOT_SERVING, nil
+}
+
+// Check answers the current status.
+func (h *health) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	st, err := h.status(ctx, req.GetService())
+	if err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+// List answers the status of both services.
+func (h *health) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	st, _ := h.status(ctx, "")
+	return &healthpb.HealthListResponse{Statuses: map[string]*healthpb.HealthCheckResponse{
+		"": {Status: st}, rlsServiceName: {Status: st},
+	}}, nil
+}
+
+// Watch sends the status now and then each time it changes (looked at
+// every healthPoll), until the client goes away.
+func (h *health) Watch(req *healthpb.HealthCheckRequest, stream grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	ctx := stream.Context()
+	if req.GetService() != "" && req.GetService() != rlsServiceName {
+		// As grpc-go's own health server: an unknown service is reported,
+		// not refused, since it may be registered later.
+		return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVICE_UNKNOWN})
+	}
+	tick := time.NewTicker(healthPoll)
+	defer tick.Stop()
+	last := healthpb.HealthCheckResponse_UNKNOWN
+	for {
+		st, _ := h.status(ctx, req.GetService())
+		if st != last {
+			if err := stream.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+				return err
+			}
+			last = st
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

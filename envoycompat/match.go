@@ -1,0 +1,80 @@
+package envoycompat
+
+import "strings"
+
+// Entry is one key/value pair of a request's descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// match finds the rate limit of one request descriptor in domain, with
+// envoyproxy/ratelimit's rule: walk the tree one entry at a time, at each
+// level preferring the child "key_value", then the first wildcard child (in
+// file order) whose pattern matches "key_value", then the key-only child
+// "key"; the limit applies only if it sits at exactly the descriptor's
+// depth. It returns nil when no limit applies. shared holds, for entries
+// matched by a share_threshold wildcard, the pattern that replaces their
+// value in the budget's key.
+func (c *Config) match(domain string, entries []Entry) (limit *RateLimit, shared map[int]string) {
+	level := c.domains[domain]
+	if level == nil {
+		return nil, nil
+	}
+	for i, e := range entries {
+		final := e.Key + "_" + e.Value
+		next := level.children[final]
+		wild := ""
+		if next == nil {
+			for _, w := range level.wildcards {
+				if globMatch(w.parts, final) {
+					next, wild = level.children[w.key], w.key
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = level.children[e.Key]
+		}
+		if next == nil {
+			break
+		}
+		if wild != "" && next.shareThreshold {
+			if shared == nil {
+				shared = map[int]string{}
+			}
+			shared[i] = strings.TrimPrefix(next.pattern, e.Key+"_")
+		}
+		if next.limit != nil && i == len(entries)-1 {
+			limit = next.limit
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		level = next
+	}
+	if limit == nil {
+		shared = nil
+	}
+	return limit, shared
+}
+
+// globMatch reports whether s matches the pattern split on '*' into parts:
+// each '*' stands for any run of characters, possibly empty.
+func globMatch(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
