@@ -22,11 +22,8 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/tokenlimit/tokenlimit/tokenizer"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,6 +33,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/tokenizer"
+
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -258,7 +258,7 @@ func callOf(ctx context.Context) *call {
 // ServeHTTP identifies the caller, estimates and reserves the request's
 // cost, and forwards it if every limit admits it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{id: newID(), kind: KindOf(r.Method, r.URL.Path)}
+	c := &call{id: httpx.NewID(), kind: KindOf(r.Method, r.URL.Path)}
 	w.Header().Set("X-Tokenlimit-Request-Id", c.id)
 	key, ok := p.identify(w, r)
 	if !ok {
@@ -441,10 +441,4 @@ func (p *Proxy) settle(c *call, actual int64, basis Basis) {
 				Reserved: reserved, Actual: actual, Basis: basis, Err: err})
 		}
 	})
-}
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
 }

@@ -281,12 +281,12 @@ func TestInspectAndReset(t *testing.T) {
 	t.Parallel()
 	c := &clock{t: base}
 	off := newEnv(t, c.Now, web.Options{}, false)
-	off.post("/ui/api/inspect", `{}`, "Authorization: Bearer x").wantError(t, http.StatusForbidden, "Authorization", "inspector is off")
-	off.post("/ui/api/reset", `{}`).wantError(t, http.StatusForbidden, "Authorization", "inspector is off")
+	off.post("/ui/api/inspect", `{}`, "Authorization: Bearer x").wantError(t, http.StatusForbidden, "Authorization", "endpoints are disabled")
+	off.post("/ui/api/reset", `{}`).wantError(t, http.StatusForbidden, "Authorization", "endpoints are disabled")
 
 	e := newEnv(t, c.Now, web.Options{AdminToken: "s3cret"}, false)
 	for _, h := range []string{"", "Authorization: Bearer wrong", "Authorization: Basic s3cret", "Authorization: s3cret"} {
-		e.post("/ui/api/inspect", `{}`, h).wantError(t, http.StatusUnauthorized, "Authorization", "want the admin token")
+		e.post("/ui/api/inspect", `{}`, h).wantError(t, http.StatusUnauthorized, "Authorization", "Bearer <admin token>")
 	}
 	auth := "Authorization: Bearer s3cret"
 	remote := httptest.NewRequest(http.MethodPost, "/ui/api/inspect", strings.NewReader(`{}`))
@@ -337,11 +337,11 @@ func TestInspectAndReset(t *testing.T) {
 		t.Errorf("reset %v", r.Reset)
 	}
 
-	e.post("/ui/api/inspect", `{"descriptors": {"user": 3}}`, auth).wantError(t, http.StatusBadRequest, "descriptors", "want string, got number")
-	e.post("/ui/api/inspect", `{"descriptors": {}, "limit": "x"}`, auth).wantError(t, http.StatusBadRequest, "limit", "only descriptors")
+	e.post("/ui/api/inspect", `{"descriptors": {"user": 3}}`, auth).wantError(t, http.StatusBadRequest, "descriptors", "want a string, got number")
+	e.post("/ui/api/inspect", `{"descriptors": {}, "limit": "x"}`, auth).wantError(t, http.StatusBadRequest, "limit", "unknown field")
 	e.post("/ui/api/inspect", `{"descriptor": {}}`, auth).wantError(t, http.StatusBadRequest, "descriptor", "unknown field")
-	e.post("/ui/api/inspect", `{"descriptors": {"user": "`+strings.Repeat("x", 300)+`"}}`, auth).wantError(t, http.StatusBadRequest, "descriptors", "at most 256 bytes")
-	e.post("/ui/api/inspect", `{"descriptors": {}`, auth).wantError(t, http.StatusBadRequest, "body", "malformed JSON")
+	e.post("/ui/api/inspect", `{"descriptors": {"user": "`+strings.Repeat("x", 300)+`"}}`, auth).wantError(t, http.StatusBadRequest, "descriptors.user", "at most 256 bytes")
+	e.post("/ui/api/inspect", `{"descriptors": {}`, auth).wantError(t, http.StatusBadRequest, "body", "truncated JSON")
 	e.post("/ui/api/inspect", `{} {}`, auth).wantError(t, http.StatusBadRequest, "body", "unexpected data")
-	e.post("/ui/api/inspect", `{"descriptors": {"a": "`+strings.Repeat("x", 17<<10)+`"}}`, auth).wantError(t, http.StatusBadRequest, "body", "larger than")
+	e.post("/ui/api/inspect", `{"descriptors": {"a": "`+strings.Repeat("x", 17<<10)+`"}}`, auth).wantError(t, http.StatusRequestEntityTooLarge, "body", "larger than")
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
@@ -81,13 +82,13 @@ const (
 // simulated clock (the run takes no real time).
 func (d *dashboard) simCompare(w http.ResponseWriter, r *http.Request) {
 	b := compareBody{Pattern: "boundary", Limit: 10, WindowMs: 10_000}
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
+	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
+		httpx.Fail(w, err)
 		return
 	}
 	reqs, err := pattern(b)
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	ans := compareAnswer{Pattern: b.Pattern, Limit: b.Limit, WindowMs: b.WindowMs,
@@ -102,12 +103,12 @@ func (d *dashboard) simCompare(w http.ResponseWriter, r *http.Request) {
 	} {
 		run, err := replay(r.Context(), lim, reqs, b.WindowMs)
 		if err != nil {
-			fail(w, err)
+			httpx.Fail(w, err)
 			return
 		}
 		ans.Algorithms = append(ans.Algorithms, run)
 	}
-	writeJSON(w, http.StatusOK, ans)
+	httpx.WriteJSON(w, http.StatusOK, ans)
 }
 
 // pattern returns b's requests, in time order.
@@ -139,7 +140,7 @@ func pattern(b compareBody) ([]patternRequest, error) {
 			add(float64(k)*p/l, costs[k%len(costs)])
 		}
 	default:
-		return nil, invalid("pattern", `want "boundary", "steady" or "weighted", got %q`, b.Pattern)
+		return nil, httpx.BadRequest("pattern", `want "boundary", "steady" or "weighted", got %q`, b.Pattern)
 	}
 	return out, nil
 }

@@ -1,19 +1,17 @@
 package web
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// inspectBody is the body of /ui/api/inspect and /ui/api/reset: the
-// descriptors that select the budgets, and for a reset optionally the one
-// limit to reset.
+// inspectBody is the body of /ui/api/inspect: the descriptors that select
+// the budgets.
 type inspectBody struct {
 	Descriptors map[string]string `json:"descriptors"`
-	Limit       string            `json:"limit"`
 }
 
 // stateBody is one budget's live state.
@@ -52,12 +50,8 @@ type entryBody struct {
 // descriptors select, charging nothing (service.Service.Inspect).
 func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 	var b inspectBody
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
-		return
-	}
-	if b.Limit != "" {
-		fail(w, invalid("limit", "inspect takes only descriptors"))
+	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
+		httpx.Fail(w, err)
 		return
 	}
 	dec, err := d.svc.Inspect(r.Context(), service.Request{Descriptors: b.Descriptors})
@@ -76,7 +70,7 @@ func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 			out[i].Entries = append(out[i].Entries, entryBody{AgoMs: dec.At.Sub(e.At).Milliseconds(), Cost: e.Cost})
 		}
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpx.WriteJSON(w, http.StatusOK, struct {
 		AtMs   int64       `json:"at_ms"`
 		Limits []stateBody `json:"limits"`
 	}{dec.At.UnixMilli(), out})
@@ -109,39 +103,9 @@ func bucketLevel(l tokenlimit.Limit, r tokenlimit.Result) (float64, bool) {
 	return float64(min(max(left, 0), l.Capacity()*num)) / float64(num), true
 }
 
-// reset serves POST /ui/api/reset: the budgets the descriptors select, or
-// only the named limit's, are made whole (service.Service.Reset).
-func (d *dashboard) reset(w http.ResponseWriter, r *http.Request) {
-	var b inspectBody
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
-		return
-	}
-	if b.Limit != "" {
-		if _, ok := d.svc.LimitFor(b.Limit, b.Descriptors); !ok {
-			writeError(w, http.StatusNotFound, "limit", "no limit named "+b.Limit)
-			return
-		}
-	}
-	keys, err := d.svc.Reset(r.Context(), service.Request{Descriptors: b.Descriptors}, b.Limit)
-	if err != nil {
-		serviceError(w, err)
-		return
-	}
-	if keys == nil {
-		keys = []string{}
-	}
-	writeJSON(w, http.StatusOK, struct {
-		Reset []string `json:"reset"`
-	}{keys})
-}
-
-// serviceError answers an error of the service: 400 for an invalid
-// request, 503 when the store failed.
+// serviceError answers an error of the service as the API does: 400 naming
+// the field for an invalid request, 503 when the store failed.
 func serviceError(w http.ResponseWriter, err error) {
-	if errors.Is(err, service.ErrInvalidRequest) {
-		writeError(w, http.StatusBadRequest, "descriptors", err.Error())
-		return
-	}
-	writeError(w, http.StatusServiceUnavailable, "", "the store is failing: "+err.Error())
+	e, _ := httpx.ServiceError(err, true)
+	httpx.WriteError(w, e)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -61,12 +62,12 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("seconds"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > service.StatsSeconds {
-			writeError(w, http.StatusBadRequest, "seconds", fmt.Sprintf("want 1 to %d, got %q", service.StatsSeconds, s))
+			httpx.WriteError(w, &httpx.Error{Status: http.StatusBadRequest, Field: "seconds", Message: fmt.Sprintf("want 1 to %d, got %q", service.StatsSeconds, s)})
 			return
 		}
 		seconds = n
 	}
-	writeJSON(w, http.StatusOK, d.snapshot(seconds))
+	httpx.WriteJSON(w, http.StatusOK, d.snapshot(seconds))
 }
 
 // snapshot is the overview of the last seconds seconds.
@@ -138,7 +139,7 @@ const MaxStreams = 64
 func (d *dashboard) overviewStream(w http.ResponseWriter, r *http.Request) {
 	if d.streams.Add(1) > MaxStreams {
 		d.streams.Add(-1)
-		writeError(w, http.StatusServiceUnavailable, "", "too many overview streams are open; the page falls back to polling")
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusServiceUnavailable, Field: "", Message: "too many overview streams are open; the page falls back to polling"})
 		return
 	}
 	defer d.streams.Add(-1)
@@ -189,7 +190,7 @@ func (d *dashboard) sendEvent(w http.ResponseWriter, rc *http.ResponseController
 
 // limits serves GET /ui/api/limits: the limits in force and their version.
 func (d *dashboard) limits(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, struct {
+	httpx.WriteJSON(w, http.StatusOK, struct {
 		ConfigVersion int64               `json:"config_version"`
 		Limits        []service.LimitInfo `json:"limits"`
 	}{d.svc.ConfigVersion(), d.svc.Limits()})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
@@ -60,8 +61,8 @@ type raceResult struct {
 // exactly the limit whatever the interleaving.
 func (d *dashboard) simRace(w http.ResponseWriter, r *http.Request) {
 	b := raceBody{Requests: 20, Limit: 10, InFlight: 4}
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
+	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
+		httpx.Fail(w, err)
 		return
 	}
 	for _, c := range []struct {
@@ -69,16 +70,16 @@ func (d *dashboard) simRace(w http.ResponseWriter, r *http.Request) {
 		v, max int64
 	}{{"requests", int64(b.Requests), 200}, {"limit", b.Limit, 200}, {"in_flight", int64(b.InFlight), 100}} {
 		if err := checkRange(c.field, c.v, 1, c.max); err != nil {
-			fail(w, err)
+			httpx.Fail(w, err)
 			return
 		}
 	}
 	ans, err := race(r.Context(), b, d.opts.Clock())
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ans)
+	httpx.WriteJSON(w, http.StatusOK, ans)
 }
 
 // race runs b's traffic both ways at the stopped time now.

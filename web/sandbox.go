@@ -1,12 +1,11 @@
 package web
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
@@ -69,7 +68,7 @@ func (sb *sandbox) session(id string) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{id: newID(), store: store, limiter: limiter, used: now}
+	s := &session{id: httpx.NewID(), store: store, limiter: limiter, used: now}
 	sb.sessions[s.id] = s
 	return s, nil
 }
@@ -97,10 +96,4 @@ func (sb *sandbox) len() int {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return len(sb.sessions)
-}
-
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
 }

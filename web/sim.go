@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 )
 
 // entry is one decision in a simulator's log.
@@ -73,17 +74,17 @@ const (
 // a sliding log of Limit requests per WindowMs in the session's sandbox.
 func (d *dashboard) simWindow(w http.ResponseWriter, r *http.Request) {
 	b := simBody{Limit: 5, WindowMs: 5000}
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
+	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
+		httpx.Fail(w, err)
 		return
 	}
 	if err := checkRange("limit", b.Limit, 1, tokenlimit.MaxLogEntries); err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	period, err := simPeriod("window_ms", b.WindowMs)
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	if b.Cost == 0 {
@@ -97,8 +98,8 @@ func (d *dashboard) simWindow(w http.ResponseWriter, r *http.Request) {
 // send.
 func (d *dashboard) simBucket(w http.ResponseWriter, r *http.Request) {
 	b := simBody{Capacity: 10, Refill: 2, PerMs: 1000}
-	if err := decode(w, r, &b); err != nil {
-		fail(w, err)
+	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
+		httpx.Fail(w, err)
 		return
 	}
 	for _, c := range []struct {
@@ -106,13 +107,13 @@ func (d *dashboard) simBucket(w http.ResponseWriter, r *http.Request) {
 		v     int64
 	}{{"capacity", b.Capacity}, {"refill", b.Refill}} {
 		if err := checkRange(c.field, c.v, 1, maxSimQuota); err != nil {
-			fail(w, err)
+			httpx.Fail(w, err)
 			return
 		}
 	}
 	period, err := simPeriod("per_ms", b.PerMs)
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	d.simulate(w, r, b, tokenlimit.TokenBucketLimit(b.Capacity, b.Refill, period), func(s *session) *simState { return &s.bucket })
@@ -120,7 +121,7 @@ func (d *dashboard) simBucket(w http.ResponseWriter, r *http.Request) {
 
 func checkRange(field string, v, lo, hi int64) error {
 	if v < lo || v > hi {
-		return invalid(field, "want %d to %d, got %d", lo, hi, v)
+		return httpx.BadRequest(field, "want %d to %d, got %d", lo, hi, v)
 	}
 	return nil
 }
@@ -136,30 +137,30 @@ func simPeriod(field string, ms int64) (time.Duration, error) {
 // session's sandbox. A change of parameters starts the simulator afresh.
 func (d *dashboard) simulate(w http.ResponseWriter, r *http.Request, b simBody, lim tokenlimit.Limit, pick func(*session) *simState) {
 	if err := checkRange("cost", b.Cost, 0, maxSimQuota); err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	if len(b.Kind) > 32 {
-		fail(w, invalid("kind", "at most 32 bytes, got %d", len(b.Kind)))
+		httpx.Fail(w, httpx.BadRequest("kind", "at most 32 bytes, got %d", len(b.Kind)))
 		return
 	}
 	if err := lim.Validate(); err != nil {
-		fail(w, invalid("limit", "%v", err))
+		httpx.Fail(w, httpx.BadRequest("limit", "%v", err))
 		return
 	}
 	s, err := d.sandbox.session(b.Session)
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ans, err := s.run(r.Context(), pick(s), lim, b)
 	if err != nil {
-		fail(w, err)
+		httpx.Fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ans)
+	httpx.WriteJSON(w, http.StatusOK, ans)
 }
 
 // simKey is the budget's key in a session's store; each simulator uses
@@ -190,7 +191,7 @@ func (s *session) run(ctx context.Context, st *simState, lim tokenlimit.Limit, b
 		ans.Last = &e
 	case "peek", "reset":
 	default:
-		return simAnswer{}, invalid("action", `want "send", "peek" or "reset", got %q`, b.Action)
+		return simAnswer{}, httpx.BadRequest("action", `want "send", "peek" or "reset", got %q`, b.Action)
 	}
 	return s.peek(ctx, st, lim, ans)
 }

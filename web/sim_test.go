@@ -139,7 +139,7 @@ func TestSimBadParameters(t *testing.T) {
 		{"/ui/api/sim/window", `{"action": "jump"}`, "action", `want "send", "peek" or "reset"`},
 		{"/ui/api/sim/window", `{"limit": 1001}`, "limit", "want 1 to 1000"},
 		{"/ui/api/sim/window", `{"window_ms": 50}`, "window_ms", "want 100 to 3600000"},
-		{"/ui/api/sim/window", `{"limit": "5"}`, "limit", "want int64, got string"},
+		{"/ui/api/sim/window", `{"limit": "5"}`, "limit", "want an integer, got string"},
 		{"/ui/api/sim/bucket", `{"capacity": 0}`, "capacity", "want 1 to 10000"},
 		{"/ui/api/sim/bucket", `{"refill": 10001}`, "refill", "want 1 to 10000"},
 		{"/ui/api/sim/bucket", `{"per_ms": 3600001}`, "per_ms", "want 100 to 3600000"},

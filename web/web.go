@@ -19,12 +19,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"path"
 	"sync/atomic"
 	"time"
 
-	"github.com/tokenlimit/tokenlimit/internal/peer"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -74,18 +75,21 @@ type Options struct {
 	// SessionIdle is how long an unused simulator session is kept. Zero
 	// means DefaultSessionIdle.
 	SessionIdle time.Duration
+	// Logger receives the resets made from the key inspector and store
+	// failures; slog.Default() when nil.
+	Logger *slog.Logger
 }
 
 // dashboard holds what the handlers share. It is immutable after New, but
 // for the sandbox, which locks itself.
 type dashboard struct {
-	svc      *service.Service
-	opts     Options
-	adminKey peer.Token
-	static   fs.FS
-	etags    map[string]string
-	sandbox  *sandbox
-	streams  atomic.Int64 // overview streams open now
+	svc     *service.Service
+	opts    Options
+	admin   httpx.AdminGate
+	static  fs.FS
+	etags   map[string]string
+	sandbox *sandbox
+	streams atomic.Int64 // overview streams open now
 }
 
 // New returns the dashboard's handler over svc. It answers "/", the page's
@@ -108,7 +112,7 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	d := &dashboard{
-		svc: svc, opts: opts, adminKey: peer.NewToken(opts.AdminToken),
+		svc: svc, opts: opts, admin: httpx.NewAdminGate(opts.AdminToken, opts.AdminFromAnywhere),
 		static: static, etags: etags,
 		sandbox: newSandbox(opts.Clock, opts.SessionIdle, opts.MaxSessions),
 	}
@@ -118,6 +122,9 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 func withDefaults(o Options) Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	if o.StreamInterval == 0 {
 		o.StreamInterval = DefaultStreamInterval
@@ -142,8 +149,8 @@ func (d *dashboard) routes() http.Handler {
 		{http.MethodGet, "/ui/api/overview", d.overview},
 		{http.MethodGet, "/ui/api/overview/stream", d.overviewStream},
 		{http.MethodGet, "/ui/api/limits", d.limits},
-		{http.MethodPost, "/ui/api/inspect", d.admin(d.inspect)},
-		{http.MethodPost, "/ui/api/reset", d.admin(d.reset)},
+		{http.MethodPost, "/ui/api/inspect", d.admin.Wrap("the key inspector's endpoints", d.inspect)},
+		{http.MethodPost, "/ui/api/reset", d.admin.Wrap("the key inspector's endpoints", httpx.ResetHandler(d.svc, d.opts.Logger, maxBodyBytes))},
 		{http.MethodPost, "/ui/api/sim/window", d.simWindow},
 		{http.MethodPost, "/ui/api/sim/bucket", d.simBucket},
 		{http.MethodPost, "/ui/api/sim/race", d.simRace},
@@ -153,7 +160,7 @@ func (d *dashboard) routes() http.Handler {
 		mux.HandleFunc(e.path, methodNotAllowed(e.method))
 	}
 	mux.HandleFunc("/ui/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "path", "no dashboard endpoint "+r.URL.Path)
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusNotFound, Field: "path", Message: "no dashboard endpoint " + r.URL.Path})
 	})
 	mux.HandleFunc("/", http.NotFound)
 	return secure(mux)
@@ -167,7 +174,7 @@ func methodNotAllowed(method string) http.HandlerFunc {
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, "method", r.Method+" is not allowed on "+r.URL.Path+"; use "+allow)
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusMethodNotAllowed, Field: "method", Message: r.Method + " is not allowed on " + r.URL.Path + "; use " + allow})
 	}
 }
 

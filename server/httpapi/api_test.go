@@ -130,7 +130,7 @@ func TestRootPageAndMounts(t *testing.T) {
 	e := newEnv(t, memBackend(), setup{})
 	r := e.do(http.MethodGet, "/", "")
 	wantStatus(t, r, http.StatusOK)
-	if !strings.Contains(r.body, "dashboard is coming") || !strings.Contains(r.body, `href="/v1/limits"`) ||
+	if !strings.Contains(r.body, "runs without its dashboard") || !strings.Contains(r.body, `href="/v1/limits"`) ||
 		r.header.Get("Content-Type") != "text/html; charset=utf-8" {
 		t.Errorf("root page %q (%s)", r.body, r.header.Get("Content-Type"))
 	}

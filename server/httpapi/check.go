@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -30,17 +31,17 @@ type requestBody struct {
 
 // requests returns the service requests of b, and whether b used the
 // single-set form (which names fields without a "requests[i]." prefix).
-func (b checkBody) requests() ([]service.Request, bool, *apiError) {
+func (b checkBody) requests() ([]service.Request, bool, *httpx.Error) {
 	if b.Requests == nil {
 		return []service.Request{{Descriptors: b.Descriptors, Cost: b.Cost}}, true, nil
 	}
 	switch {
 	case b.Descriptors != nil || b.Cost != 0:
-		return nil, false, badRequest("requests", "give either descriptors and cost, or requests, not both")
+		return nil, false, httpx.BadRequest("requests", "give either descriptors and cost, or requests, not both")
 	case len(b.Requests) == 0:
-		return nil, false, badRequest("requests", "at least one request is required")
+		return nil, false, httpx.BadRequest("requests", "at least one request is required")
 	case len(b.Requests) > maxRequests:
-		return nil, false, badRequest("requests", "at most %d requests, got %d", maxRequests, len(b.Requests))
+		return nil, false, httpx.BadRequest("requests", "at most %d requests, got %d", maxRequests, len(b.Requests))
 	}
 	reqs := make([]service.Request, len(b.Requests))
 	for i, r := range b.Requests {
@@ -55,7 +56,7 @@ type decisionBody struct {
 	Unavailable   bool          `json:"unavailable,omitempty"`
 	ReservationID string        `json:"reservation_id,omitempty"`
 	Limits        []outcomeBody `json:"limits"`
-	Error         *apiError     `json:"error,omitempty"`
+	Error         *httpx.Error  `json:"error,omitempty"`
 }
 
 // outcomeBody is one limit's answer. Times are milliseconds, rounded up.
@@ -106,14 +107,14 @@ func status(d service.Decision) int {
 // JSON body.
 func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []service.Request) {
 	a.setRateLimitHeaders(w.Header(), d, reqs)
-	writeJSON(w, status(d), bodyOf(d))
+	httpx.WriteJSON(w, status(d), bodyOf(d))
 }
 
 // bodyOf is the JSON answer to d.
 func bodyOf(d service.Decision) decisionBody {
 	body := decisionBody{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
 	if d.Unavailable {
-		body.Error = &apiError{Message: unavailableMessage}
+		body.Error = &httpx.Error{Message: unavailableMessage}
 	}
 	return body
 }
@@ -121,18 +122,18 @@ func bodyOf(d service.Decision) decisionBody {
 // check serves POST /v1/check.
 func (a *api) check(w http.ResponseWriter, r *http.Request) {
 	var b checkBody
-	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
-		writeError(w, e)
+	if e := httpx.Decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		httpx.WriteError(w, e)
 		return
 	}
 	reqs, single, e := b.requests()
 	if e != nil {
-		writeError(w, e)
+		httpx.WriteError(w, e)
 		return
 	}
 	d, err := a.svc.Check(r.Context(), reqs...)
 	if err != nil {
-		writeError(w, a.serviceError(r.Context(), "check", err, single))
+		httpx.WriteError(w, a.serviceError(r.Context(), "check", err, single))
 		return
 	}
 	a.logDecision(r.Context(), "check", d, reqs)
@@ -151,18 +152,18 @@ type reserveBody struct {
 // reserve serves POST /v1/reserve.
 func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
 	var b reserveBody
-	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
-		writeError(w, e)
+	if e := httpx.Decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		httpx.WriteError(w, e)
 		return
 	}
 	reqs, single, e := checkBody{b.Descriptors, b.Cost, b.Requests}.requests()
 	if e != nil {
-		writeError(w, e)
+		httpx.WriteError(w, e)
 		return
 	}
 	d, err := a.svc.Reserve(r.Context(), b.ID, reqs...)
 	if err != nil {
-		writeError(w, a.serviceError(r.Context(), "reserve", err, single))
+		httpx.WriteError(w, a.serviceError(r.Context(), "reserve", err, single))
 		return
 	}
 	a.logDecision(r.Context(), "reserve", d, reqs)
@@ -177,24 +178,24 @@ type settleBody struct {
 // settle serves POST /v1/settle.
 func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 	var b settleBody
-	if e := decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
-		writeError(w, e)
+	if e := httpx.Decode(w, r, a.opts.MaxBodyBytes, &b); e != nil {
+		httpx.WriteError(w, e)
 		return
 	}
 	switch {
 	case b.ID == "":
-		writeError(w, badRequest("id", "required: the id /v1/reserve answered as reservation_id"))
+		httpx.WriteError(w, httpx.BadRequest("id", "required: the id /v1/reserve answered as reservation_id"))
 		return
 	case b.Actual == nil:
-		writeError(w, badRequest("actual", "required: what the request really cost"))
+		httpx.WriteError(w, httpx.BadRequest("actual", "required: what the request really cost"))
 		return
 	}
 	already, err := a.svc.Settle(r.Context(), b.ID, *b.Actual)
 	if err != nil {
-		writeError(w, a.serviceError(r.Context(), "settle", err, true))
+		httpx.WriteError(w, a.serviceError(r.Context(), "settle", err, true))
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	httpx.WriteJSON(w, http.StatusOK, struct {
 		Settled bool `json:"settled"`
 		Already bool `json:"already"`
 	}{true, already})
@@ -203,39 +204,18 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 // serviceError maps a service error to an answer: invalid input is 400
 // naming the field, an unknown reservation 404, and anything else (the store
 // failed) 503, logged. single says the client used the single-set body form.
-func (a *api) serviceError(ctx context.Context, op string, err error, single bool) *apiError {
-	var fe *tokenlimit.FieldError
+func (a *api) serviceError(ctx context.Context, op string, err error, single bool) *httpx.Error {
 	switch {
 	case errors.Is(err, service.ErrTooManyReservations):
-		return &apiError{Status: http.StatusServiceUnavailable, Message: "too many reservations are held unsettled; settle them or retry later"}
+		return &httpx.Error{Status: http.StatusServiceUnavailable, Message: "too many reservations are held unsettled; settle them or retry later"}
 	case errors.Is(err, service.ErrUnknownReservation):
-		return &apiError{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, was denied, or expired and simply stands"}
-	case errors.As(err, &fe):
-		// The engine refused the limits the descriptors selected, such as a
-		// key too long or too many limits at once.
-		field := "requests"
-		if single {
-			field = "descriptors"
-		}
-		return badRequest(field, "the selected limits cannot be checked: %s", fe.Error())
-	case errors.Is(err, service.ErrInvalidRequest):
-		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
-		if single {
-			field = strings.TrimPrefix(field, "requests[0].")
-		}
-		return badRequest(field, "%s", reason)
+		return &httpx.Error{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, was denied, or expired and simply stands"}
 	}
-	a.log.ErrorContext(ctx, "service call failed", "op", op, "error", scrubbed(err))
-	return &apiError{Status: http.StatusServiceUnavailable, Message: "the rate-limit store failed; retry later"}
-}
-
-// splitField splits "field: reason".
-func splitField(msg string) (field, reason string) {
-	field, reason, ok := strings.Cut(msg, ": ")
-	if !ok || strings.ContainsAny(field, " \t") {
-		return "body", msg
+	e, failed := httpx.ServiceError(err, single)
+	if failed {
+		a.log.ErrorContext(ctx, "service call failed", "op", op, "error", redact.Error(err))
 	}
-	return field, reason
+	return e
 }
 
 // ceilDiv is d/unit rounded up, 0 for d <= 0.

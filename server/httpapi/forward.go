@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -32,18 +33,18 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	case "403":
 		denyStatus = http.StatusForbidden
 	default:
-		writeError(w, badRequest("deny_status", "want 429 or 403, got %q", v))
+		httpx.WriteError(w, httpx.BadRequest("deny_status", "want 429 or 403, got %q", v))
 		return
 	}
 	req, e := a.headerRequest(r)
 	if e != nil {
-		writeError(w, e)
+		httpx.WriteError(w, e)
 		return
 	}
 	reqs := []service.Request{req}
 	d, err := a.svc.Check(r.Context(), reqs...)
 	if err != nil {
-		writeError(w, a.serviceError(r.Context(), "forward-auth", err, true))
+		httpx.WriteError(w, a.serviceError(r.Context(), "forward-auth", err, true))
 		return
 	}
 	a.logDecision(r.Context(), "forward-auth", d, reqs)
@@ -59,7 +60,7 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 		_ = enc.Encode(body) // strings, numbers and booleans always encode
 		w.Header()[bodyHeader] = []string{strings.TrimSuffix(b.String(), "\n")}
 	}
-	writeJSON(w, code, body)
+	httpx.WriteJSON(w, code, body)
 }
 
 // The headers forward-auth reads, one value each.
@@ -84,13 +85,13 @@ const (
 // written by the client and neither can be believed. (A gateway that sets
 // X-Original-URI and passes the client's X-Forwarded-Uri on would otherwise
 // let the client pick its route, and so its cost.)
-func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
+func (a *api) headerRequest(r *http.Request) (service.Request, *httpx.Error) {
 	h := r.Header
-	var dup *apiError
+	var dup *httpx.Error
 	one := func(name string) string {
 		vs := h.Values(name)
 		if len(vs) > 1 && dup == nil {
-			dup = badRequest(http.CanonicalHeaderKey(name), "given %d times; the gateway must set it once", len(vs))
+			dup = httpx.BadRequest(http.CanonicalHeaderKey(name), "given %d times; the gateway must set it once", len(vs))
 		}
 		if len(vs) == 0 {
 			return ""
@@ -116,7 +117,7 @@ func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 		return service.Request{}, dup
 	}
 	if fwd != "" && orig != "" && fwd != orig {
-		return service.Request{}, badRequest(hdrForwardedURI, "names route %q while X-Original-URI names %q; the gateway must set one and drop the client's", fwd, orig)
+		return service.Request{}, httpx.BadRequest(hdrForwardedURI, "names route %q while X-Original-URI names %q; the gateway must set one and drop the client's", fwd, orig)
 	}
 	set("route", fwd)
 	set("route", orig)
@@ -127,7 +128,7 @@ func (a *api) headerRequest(r *http.Request) (service.Request, *apiError) {
 	if cost != "" {
 		n, err := strconv.ParseInt(cost, 10, 64)
 		if err != nil || n < 0 {
-			return req, badRequest(hdrCost, "want a non-negative integer, got %q", cost)
+			return req, httpx.BadRequest(hdrCost, "want a non-negative integer, got %q", cost)
 		}
 		req.Cost = n
 	}

@@ -17,7 +17,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/tokenlimit/tokenlimit/internal/peer"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -55,10 +55,10 @@ type Options struct {
 
 // api holds what the handlers share. It is immutable after New.
 type api struct {
-	svc      *service.Service
-	opts     Options
-	log      *slog.Logger
-	adminKey peer.Token
+	svc   *service.Service
+	opts  Options
+	log   *slog.Logger
+	admin httpx.AdminGate
 }
 
 // New returns the API's handler over svc. It fails if svc is nil or an
@@ -81,7 +81,7 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &api{svc: svc, opts: opts, log: opts.Logger, adminKey: peer.NewToken(opts.AdminToken)}
+	a := &api{svc: svc, opts: opts, log: opts.Logger, admin: httpx.NewAdminGate(opts.AdminToken, opts.AdminFromAnywhere)}
 	return a.routes(), nil
 }
 
@@ -101,8 +101,8 @@ func (a *api) endpoints() []endpoint {
 		{"/v1/reserve", post, a.reserve},
 		{"/v1/settle", post, a.settle},
 		{"/v1/limits", get, a.limits},
-		{"/v1/admin/inspect", post, a.admin(a.inspect)},
-		{"/v1/admin/reset", post, a.admin(a.reset)},
+		{"/v1/admin/inspect", post, a.admin.Wrap("admin endpoints", a.inspect)},
+		{"/v1/admin/reset", post, a.admin.Wrap("admin endpoints", httpx.ResetHandler(a.svc, a.log, a.opts.MaxBodyBytes))},
 		{"/healthz", get, a.healthz},
 		{"/readyz", get, a.readyz},
 	}
@@ -143,20 +143,20 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 	header := strings.Join(allow, ", ")
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", header)
-		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Field: "method",
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusMethodNotAllowed, Field: "method",
 			Message: r.Method + " is not allowed on " + r.URL.Path + "; use " + header})
 	}
 }
 
 func notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, &apiError{Status: http.StatusNotFound, Field: "path",
+	httpx.WriteError(w, &httpx.Error{Status: http.StatusNotFound, Field: "path",
 		Message: "no endpoint " + r.URL.Path + "; see docs/api.md"})
 }
 
 const rootHTML = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>tokenlimit</title></head>
 <body><h1>tokenlimit</h1>
-<p>The dashboard is coming. Meanwhile, see the <a href="/v1/limits">effective limits</a>
+<p>This server runs without its dashboard. See the <a href="/v1/limits">effective limits</a>
 (<code>GET /v1/limits</code>), <a href="/healthz">/healthz</a> and <a href="/readyz">/readyz</a>.</p>
 </body></html>
 `
