@@ -49,33 +49,45 @@ type Store struct {
 	// lastFullSweep is when a full store last swept every shard (µs), so
 	// that a store kept full cannot make every request walk every key.
 	lastFullSweep atomic.Int64
+	// limits remembers limits that passed validation, with what the
+	// algorithms derive from them, so a decision on a known limit neither
+	// validates it again nor recomputes its interval.
+	limits [limitSlots]atomic.Pointer[limitInfo]
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
 
 type shard struct {
-	mu        sync.Mutex
-	entries   map[mapKey]*entry
+	mu sync.Mutex
+	// entries maps slot(hash, algorithm) to the entries of that slot.
+	entries   map[uint64]*entry
 	lastSweep int64
 	// Pad to two cache lines so that cores working on different shards do
 	// not invalidate each other's lines (false sharing).
 	_ [128 - 24]byte
 }
 
-// mapKey keeps algorithms apart: the same key under two algorithms is two
-// budgets, as in Redis.
-type mapKey struct {
-	alg tokenlimit.Algorithm
-	key string
-}
-
-// entry is one key's state: s holds a fixed window's Counter, a sliding
-// counter's Pair or a bucket's TAT; log is a sliding log's.
+// entry is one key's state under one algorithm: s holds a fixed window's
+// Counter, a sliding counter's Pair or a bucket's TAT; log is a sliding
+// log's. next chains the entries whose (key, algorithm) share a map slot.
 type entry struct {
 	expires int64 // µs; the entry is empty (and absent) from then on
 	s       [3]int64
 	log     *algo.Log
+	key     string
+	alg     tokenlimit.Algorithm
+	next    *entry
 }
+
+// limitInfo is a valid limit and its algorithm's parameters.
+type limitInfo struct {
+	lim tokenlimit.Limit
+	w   algo.Window
+	b   algo.Bucket
+}
+
+// limitSlots is the size of Store.limits, a power of two.
+const limitSlots = 64
 
 // New returns an empty store.
 func New(opts Options) (*Store, error) {
@@ -93,7 +105,7 @@ func New(opts Options) (*Store, error) {
 		sweep:   orDefault(opts.SweepInterval, DefaultSweepInterval).Microseconds(),
 	}
 	for i := range s.shards {
-		s.shards[i].entries = make(map[mapKey]*entry)
+		s.shards[i].entries = make(map[uint64]*entry)
 	}
 	return s, nil
 }
@@ -110,6 +122,8 @@ func (s *Store) Len() int { return int(s.keys.Load()) }
 
 // pending is one item's decision before it is committed.
 type pending struct {
+	h     uint64 // the key's hash
+	li    *limitInfo
 	e     *entry
 	state [3]int64
 	out   algo.Outcome
@@ -119,33 +133,39 @@ type pending struct {
 // shard of expired keys and tries once more before refusing.
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	at, err := s.check(now, items, results)
-	if errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
+	if err != nil && errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
 		at, err = s.check(now, items, results)
 	}
 	return at, err
 }
 
 func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if err := tokenlimit.ValidateItems(items, results); err != nil {
-		return now, fmt.Errorf("memstore: %w", err)
+	if len(items) == 1 {
+		var one [1]pending
+		return now, s.checkOne(now, items, one[:], results)
+	}
+	var buf [4]pending
+	decided := buf[:]
+	if len(items) > len(buf) && len(items) <= tokenlimit.MaxItems {
+		decided = make([]pending, len(items))
+	}
+	if err := s.prepare(items, results, decided); err != nil {
+		return now, err
 	}
 	t, err := micros(now)
 	if err != nil {
 		return now, err
 	}
-	var buf [4]pending
-	decided := buf[:0]
-	if len(items) > len(buf) {
-		decided = make([]pending, 0, len(items))
-	}
+	decided = decided[:len(items)]
 	var locks lockSet
-	s.lock(&locks, items, t)
+	s.lock(&locks, decided, t)
 	defer s.unlock(&locks)
 	allowed := true
-	for i := range items {
-		p := s.decide(&items[i], t)
+	for i := range decided {
+		p := &decided[i]
+		p.e = s.lookup(p.h, items[i].Limit.Algorithm, items[i].Key)
+		s.decide(p, &items[i], items[i].Cost, t)
 		allowed = allowed && p.out.Allowed
-		decided = append(decided, p)
 	}
 	if allowed {
 		if err := s.commit(items, decided, t); err != nil {
@@ -154,10 +174,90 @@ func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlim
 	} else {
 		s.reportUncharged(items, decided, t)
 	}
-	for i, p := range decided {
-		results[i] = result(items[i].Limit, p.out)
+	for i := range decided {
+		results[i] = result(items[i].Limit, decided[i].out)
 	}
 	return now, nil
+}
+
+// checkOne is check for one item: one shard, and a denial is already the
+// uncharged state.
+func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, decided []pending, results []tokenlimit.Result) error {
+	if err := s.prepare(items, results, decided); err != nil {
+		return err
+	}
+	t, err := micros(now)
+	if err != nil {
+		return err
+	}
+	p, it := &decided[0], &items[0]
+	sh := s.shardOf(p.h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s.sweepDue(sh, t)
+	p.e = s.lookup(p.h, it.Limit.Algorithm, it.Key)
+	s.decide(p, it, it.Cost, t)
+	if p.out.Allowed {
+		if err := s.commit(items, decided, t); err != nil {
+			return err
+		}
+	}
+	results[0] = result(it.Limit, p.out)
+	return nil
+}
+
+// prepare validates items and results, as tokenlimit.ValidateItems does and
+// with its errors, and fills one pending decision per item into decided
+// (which has room for them) with the key's hash and the limit's parameters:
+// each key is hashed once and each known limit is not validated again.
+func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, decided []pending) error {
+	ok := len(items) > 0 && len(items) <= len(decided) && len(results) == len(items)
+	for i := 0; ok && i < len(items); i++ {
+		it, p := &items[i], &decided[i]
+		p.li = s.known(it.Limit)
+		ok = p.li != nil && it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost
+		p.h = s.keyHash(it.Key)
+		for j := 0; ok && j < i; j++ {
+			ok = decided[j].h != p.h || items[j].Limit.Algorithm != it.Limit.Algorithm || items[j].Key != it.Key
+		}
+	}
+	if ok {
+		return nil
+	}
+	// The slow path: an unknown limit or an invalid input.
+	if err := tokenlimit.ValidateItems(items, results); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	for i := range items {
+		decided[i] = pending{h: s.keyHash(items[i].Key), li: s.known(items[i].Limit)}
+		if decided[i].li == nil {
+			decided[i].li = s.learn(items[i].Limit)
+		}
+	}
+	return nil
+}
+
+func limitSlot(l tokenlimit.Limit) int {
+	h := uint64(l.Quota)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^ uint64(l.Burst) ^ uint64(l.Offset) ^ uint64(l.Algorithm)
+	return int(h >> 58 & (limitSlots - 1))
+}
+
+// known returns the parameters of l if l is remembered as valid, else nil.
+func (s *Store) known(l tokenlimit.Limit) *limitInfo {
+	if li := s.limits[limitSlot(l)].Load(); li != nil && li.lim == l {
+		return li
+	}
+	return nil
+}
+
+// learn derives the parameters of l, which is valid, and remembers them.
+func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
+	li := &limitInfo{lim: l, w: window(l)}
+	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
+		li.b = bucket(l)
+	}
+	s.limits[limitSlot(l)].Store(li)
+	return li
 }
 
 func micros(now time.Time) (int64, error) {
@@ -168,33 +268,32 @@ func micros(now time.Time) (int64, error) {
 	return t, nil
 }
 
-// decide runs the item's algorithm on its current state without storing.
-func (s *Store) decide(it *tokenlimit.Item, now int64) pending {
-	e := s.lookup(it.Limit.Algorithm, it.Key)
-	p := pending{e: e}
+// decide runs the item's algorithm for cost on p's entry, without storing,
+// and records the state to store and the outcome in p.
+func (s *Store) decide(p *pending, it *tokenlimit.Item, cost, now int64) {
+	e := p.e
 	var st [3]int64
 	if e != nil {
 		st = e.s
 	}
-	switch lim := it.Limit; lim.Algorithm {
+	switch it.Limit.Algorithm {
 	case tokenlimit.FixedWindow:
-		c, out := window(lim).Fixed(algo.Counter{Start: st[0], Count: st[1]}, now, it.Cost)
+		c, out := p.li.w.Fixed(algo.Counter{Start: st[0], Count: st[1]}, now, cost)
 		p.state, p.out = [3]int64{c.Start, c.Count}, out
 	case tokenlimit.SlidingCounter:
-		c, out := window(lim).Sliding(algo.Pair{Start: st[0], Cur: st[1], Prev: st[2]}, now, it.Cost)
+		c, out := p.li.w.Sliding(algo.Pair{Start: st[0], Cur: st[1], Prev: st[2]}, now, cost)
 		p.state, p.out = [3]int64{c.Start, c.Cur, c.Prev}, out
 	case tokenlimit.SlidingLog:
 		var log algo.Log
 		if e != nil {
-			window(lim).Trim(e.log, now)
+			p.li.w.Trim(e.log, now)
 			log = *e.log
 		}
-		p.out = window(lim).Decide(&log, now, it.Cost)
+		p.out = p.li.w.Decide(&log, now, cost)
 	default:
-		tat, out := bucket(lim).Check(algo.TAT{Tat: st[0], Frac: st[1]}, now, it.Cost)
+		tat, out := p.li.b.Check(algo.TAT{Tat: st[0], Frac: st[1]}, now, cost)
 		p.state, p.out = [3]int64{tat.Tat, tat.Frac}, out
 	}
-	return p
 }
 
 // reportUncharged replaces the outcomes of the items that would have fit,
@@ -202,9 +301,7 @@ func (s *Store) decide(it *tokenlimit.Item, now int64) pending {
 func (s *Store) reportUncharged(items []tokenlimit.Item, decided []pending, now int64) {
 	for i := range decided {
 		if decided[i].out.Allowed && items[i].Cost > 0 {
-			peek := items[i]
-			peek.Cost = 0
-			decided[i].out = s.decide(&peek, now).out
+			s.decide(&decided[i], &items[i], 0, now)
 		}
 	}
 }
@@ -228,7 +325,7 @@ func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) er
 		}
 		e := p.e
 		if e == nil {
-			e = s.create(it.Limit.Algorithm, it.Key)
+			e = s.create(p.h, it.Limit.Algorithm, it.Key)
 		}
 		if it.Limit.Algorithm == tokenlimit.SlidingLog {
 			e.log.Add(now, it.Cost)
@@ -279,37 +376,38 @@ func (s *Store) adjustAll(now time.Time, adjustments []tokenlimit.Adjustment) er
 	if err != nil {
 		return err
 	}
-	items := make([]tokenlimit.Item, len(adjustments))
-	for i, a := range adjustments {
-		items[i] = tokenlimit.Item{Key: a.Key, Limit: a.Limit}
+	var buf [4]pending
+	keys := buf[:0]
+	for _, a := range adjustments {
+		keys = append(keys, pending{h: s.keyHash(a.Key)})
 	}
 	var locks lockSet
-	s.lock(&locks, items, t)
+	s.lock(&locks, keys, t)
 	defer s.unlock(&locks)
 	created := 0
-	for _, a := range adjustments {
-		if a.Delta > 0 && s.lookup(a.Limit.Algorithm, a.Key) == nil {
+	for i, a := range adjustments {
+		if a.Delta > 0 && s.lookup(keys[i].h, a.Limit.Algorithm, a.Key) == nil {
 			created++
 		}
 	}
 	if err := s.reserveKeys(created); err != nil {
 		return err
 	}
-	for _, a := range adjustments {
-		s.adjust(a, t)
+	for i, a := range adjustments {
+		s.adjust(keys[i].h, a, t)
 	}
 	return nil
 }
 
-// adjust applies one adjustment, creating the entry (already counted) if
-// needed and deleting it if it ends up empty.
-func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
-	e := s.lookup(a.Limit.Algorithm, a.Key)
+// adjust applies one adjustment to the key whose hash is h, creating the
+// entry (already counted) if needed and deleting it if it ends up empty.
+func (s *Store) adjust(h uint64, a tokenlimit.Adjustment, now int64) {
+	e := s.lookup(h, a.Limit.Algorithm, a.Key)
 	if e == nil && a.Delta < 0 {
 		return // nothing is held to refund: the budget is whole
 	}
 	if e == nil {
-		e = s.create(a.Limit.Algorithm, a.Key)
+		e = s.create(h, a.Limit.Algorithm, a.Key)
 	}
 	at := a.ChargedAt.UnixMicro()
 	var keep int64
@@ -331,7 +429,7 @@ func (s *Store) adjust(a tokenlimit.Adjustment, now int64) {
 	}
 	e.expires = now + keep
 	if keep == 0 {
-		s.remove(a.Limit.Algorithm, a.Key)
+		s.remove(h, a.Limit.Algorithm, a.Key)
 	}
 }
 
@@ -340,10 +438,11 @@ func (s *Store) Reset(_ context.Context, key string, alg tokenlimit.Algorithm) e
 	if err := tokenlimit.ValidateKey(key, alg); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
-	sh := &s.shards[s.shardOf(key)]
+	h := s.keyHash(key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s.remove(alg, key)
+	s.remove(h, alg, key)
 	return nil
 }
 
@@ -361,10 +460,11 @@ func (s *Store) LogEntries(_ context.Context, key string, limit tokenlimit.Limit
 	if err != nil {
 		return nil, err
 	}
-	sh := &s.shards[s.shardOf(key)]
+	h := s.keyHash(key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := s.lookup(limit.Algorithm, key)
+	e := s.lookup(h, limit.Algorithm, key)
 	if e == nil {
 		return nil, nil
 	}

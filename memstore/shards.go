@@ -9,26 +9,45 @@ import (
 	"github.com/tokenlimit/tokenlimit/algo"
 )
 
-func (s *Store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
+// keyHash is a key's hash under the store's seed: it picks the shard (its
+// low bits) and, mixed with the algorithm (slot), the map slot. A key is
+// hashed once per call.
+func (s *Store) keyHash(key string) uint64 {
+	return maphash.String(s.seed, key)
+}
+
+func (s *Store) shardOf(h uint64) *shard {
+	return &s.shards[h&uint64(len(s.shards)-1)]
+}
+
+// slot is the map key of (alg, key) in its shard: the key's hash with the
+// algorithm mixed in, so the same key under two algorithms is two budgets,
+// as in Redis. Distinct pairs that share a slot are chained (entry.next).
+func slot(h uint64, alg tokenlimit.Algorithm) uint64 {
+	return h ^ uint64(alg)*0x9e3779b97f4a7c15
 }
 
 // lockSet is the set of shards one call holds, in index order.
 type lockSet struct {
-	idx [tokenlimit.MaxItems]int
+	idx [tokenlimit.MaxItems]uint32
 	n   int
 }
 
-// lock locks the shards that hold items (at most MaxItems), in index order
-// so that concurrent multi-item checks cannot deadlock, and sweeps those that
-// are due at now. Release them with unlock.
-func (s *Store) lock(set *lockSet, items []tokenlimit.Item, now int64) {
-	for i := range items {
-		set.idx[i] = s.shardOf(items[i].Key)
+// lock locks the shards that hold the pending decisions' keys (at most MaxItems), in
+// index order so that concurrent multi-item checks cannot deadlock, and
+// sweeps those that are due at now. Release them with unlock.
+func (s *Store) lock(set *lockSet, decided []pending, now int64) {
+	mask := uint64(len(s.shards) - 1)
+	n := len(decided)
+	for i := range decided {
+		set.idx[i] = uint32(decided[i].h & mask)
 	}
-	idx := set.idx[:len(items)]
-	slices.Sort(idx)
-	set.n = len(slices.Compact(idx))
+	set.n = n
+	if n > 1 {
+		idx := set.idx[:n]
+		slices.Sort(idx)
+		set.n = len(slices.Compact(idx))
+	}
 	for _, i := range set.idx[:set.n] {
 		s.shards[i].mu.Lock()
 		s.sweepDue(&s.shards[i], now)
@@ -71,29 +90,57 @@ func (s *Store) sweepAll(now time.Time) bool {
 // sweepShard drops the shard's expired entries. The caller holds its lock.
 func (s *Store) sweepShard(sh *shard, now int64) {
 	sh.lastSweep = now
-	for k, e := range sh.entries {
-		if e.expires <= now {
+	for k, head := range sh.entries {
+		kept := head
+		for e := head; e != nil; e = e.next {
+			if e.expires <= now {
+				kept = unlink(kept, e)
+				s.keys.Add(-1)
+			}
+		}
+		switch {
+		case kept == nil:
 			delete(sh.entries, k)
-			s.keys.Add(-1)
+		case kept != head:
+			sh.entries[k] = kept
 		}
 	}
 }
 
-// lookup returns key's entry, or nil if it has none. An entry past its
-// expiry is still returned until a sweep drops it: its state is empty by
-// then anyway, unless the clock stepped back, and then remembering it is the
-// safe choice. The Redis store behaves the same way (a key lives until
-// Redis expires it). The caller holds the key's shard lock.
-func (s *Store) lookup(alg tokenlimit.Algorithm, key string) *entry {
-	return s.shards[s.shardOf(key)].entries[mapKey{alg, key}]
+// unlink returns the chain head without e.
+func unlink(head, e *entry) *entry {
+	if head == e {
+		return e.next
+	}
+	for p := head; p.next != nil; p = p.next {
+		if p.next == e {
+			p.next = e.next
+			break
+		}
+	}
+	return head
 }
 
-// create makes key's entry. The caller holds the key's shard lock and has
-// counted the new key with reserveKeys.
-func (s *Store) create(alg tokenlimit.Algorithm, key string) *entry {
-	sh := &s.shards[s.shardOf(key)]
-	k := mapKey{alg, key}
-	e := &entry{}
+// lookup returns the entry of (alg, key), whose hash is h, or nil if it has
+// none. An entry past its expiry is still returned until a sweep drops it:
+// its state is empty by then anyway, unless the clock stepped back, and then
+// remembering it is the safe choice. The Redis store behaves the same way (a
+// key lives until Redis expires it). The caller holds the key's shard lock.
+func (s *Store) lookup(h uint64, alg tokenlimit.Algorithm, key string) *entry {
+	for e := s.shardOf(h).entries[slot(h, alg)]; e != nil; e = e.next {
+		if e.alg == alg && e.key == key {
+			return e
+		}
+	}
+	return nil
+}
+
+// create makes the entry of (alg, key), whose hash is h. The caller holds
+// the key's shard lock, has checked that it has no entry and has counted
+// the new key with reserveKeys.
+func (s *Store) create(h uint64, alg tokenlimit.Algorithm, key string) *entry {
+	sh, k := s.shardOf(h), slot(h, alg)
+	e := &entry{key: key, alg: alg, next: sh.entries[k]}
 	if alg == tokenlimit.SlidingLog {
 		e.log = &algo.Log{}
 	}
@@ -101,11 +148,18 @@ func (s *Store) create(alg tokenlimit.Algorithm, key string) *entry {
 	return e
 }
 
-// remove deletes key's entry. The caller holds the key's shard lock.
-func (s *Store) remove(alg tokenlimit.Algorithm, key string) {
-	sh := &s.shards[s.shardOf(key)]
-	if _, ok := sh.entries[mapKey{alg, key}]; ok {
-		delete(sh.entries, mapKey{alg, key})
-		s.keys.Add(-1)
+// remove deletes the entry of (alg, key), whose hash is h, if it has one.
+// The caller holds the key's shard lock.
+func (s *Store) remove(h uint64, alg tokenlimit.Algorithm, key string) {
+	e := s.lookup(h, alg, key)
+	if e == nil {
+		return
 	}
+	sh, k := s.shardOf(h), slot(h, alg)
+	if head := unlink(sh.entries[k], e); head != nil {
+		sh.entries[k] = head
+	} else {
+		delete(sh.entries, k)
+	}
+	s.keys.Add(-1)
 }
