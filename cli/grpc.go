@@ -20,6 +20,13 @@ const rlsServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // healthPoll is how often a Watch of the health service looks for a change.
 const healthPoll = time.Second
 
+// grpcStreamWorkers is how many long-lived goroutines serve gRPC streams.
+// Without them each RPC runs on a fresh goroutine whose small stack grows
+// (and is copied) in the deep store call; with them a stack grows once. A
+// decision waiting on Redis holds its worker, so there are enough for many
+// concurrent callers; beyond them gRPC starts goroutines as before.
+const grpcStreamWorkers = 256
+
 // listenGRPC serves gRPC on addr: the services register adds, server
 // reflection, and grpc.health.v1.Health, SERVING while ready reports true.
 // A serve error ends the program through fail.
@@ -28,7 +35,7 @@ func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, rea
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
 	if err := register(srv); err != nil {
 		ln.Close()
 		return nil, err

@@ -112,7 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "workers", 256, "open loop: most calls in flight (a call that finds all busy waits, and the wait counts)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of everything; the tables show medians")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
-	fs.IntVar(&o.grpcWorkers, "grpc-stream-workers", 0, "-server inprocess only: serve gRPC with grpc.NumStreamWorkers(N) (0: a new goroutine per call, as tokenlimit serve does)")
+	fs.IntVar(&o.grpcWorkers, "grpc-stream-workers", 0, "-server inprocess only: serve gRPC with grpc.NumStreamWorkers(N) (0: a new goroutine per call; tokenlimit serve uses 256)")
 	fs.StringVar(&o.profileDir, "profile-dir", "", "write CPU profiles of the first run's top peak level here (the service's via its pprof endpoint in child mode, and this process's)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
