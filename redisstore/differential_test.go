@@ -9,6 +9,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/storetest"
 )
@@ -81,7 +82,7 @@ func runProgram(t *testing.T, mem, red tokenlimit.Store, limitIndex uint8, progr
 	}
 }
 
-func newPair(t *testing.T, srv *redistest.Server) (mem, red tokenlimit.Store) {
+func newPair(t *testing.T, srv *redistest.Server, batchScript bool) (mem, red tokenlimit.Store) {
 	m, err := memstore.New(memstore.Options{SweepInterval: 1000 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +90,9 @@ func newPair(t *testing.T, srv *redistest.Server) (mem, red tokenlimit.Store) {
 	// Neither store deletes anything by expiry during a program: the memory
 	// store never sweeps, and Redis keys are padded far beyond the test.
 	r := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), callerTime(newPrefix()))
+	if batchScript {
+		r = redisstore.BatchScriptAlways(r)
+	}
 	return m, r
 }
 
@@ -100,13 +104,16 @@ func FuzzDifferential(f *testing.F) {
 	f.Add(uint8(3), []byte{0, 10, 0, 0, 1, 0, 1, 3, 0, 9, 1, 7, 2, 0, 5, 1, 11, 0})
 	f.Add(uint8(5), []byte{0, 5, 0, 0, 5, 0, 13, 1, 6, 1, 2, 4, 3, 0, 5})
 	f.Fuzz(func(t *testing.T, limitIndex uint8, program []byte) {
-		mem, red := newPair(t, srv)
-		runProgram(t, mem, red, limitIndex, program)
+		for _, batchScript := range []bool{false, true} {
+			mem, red := newPair(t, srv, batchScript)
+			runProgram(t, mem, red, limitIndex, program)
+		}
 	})
 }
 
 // TestDifferentialRandomPrograms runs seeded random programs on every limit,
-// so that plain `go test` covers far more than the fuzz seeds.
+// so that plain `go test` covers far more than the fuzz seeds; every other
+// program decides its checks with the batch script.
 func TestDifferentialRandomPrograms(t *testing.T) {
 	srv := redistest.Start(t)
 	rng := rand.New(rand.NewPCG(2026, 11))
@@ -120,7 +127,7 @@ func TestDifferentialRandomPrograms(t *testing.T) {
 		}
 		t.Run("", func(t *testing.T) {
 			t.Parallel()
-			mem, red := newPair(t, srv)
+			mem, red := newPair(t, srv, n%2 == 1)
 			runProgram(t, mem, red, uint8(n), program)
 		})
 	}

@@ -1,7 +1,8 @@
 // Package redisstore is the tokenlimit.Store on Redis (standalone, Sentinel
-// or Cluster): every Check and every Adjust is exactly one atomic Lua script
-// call (EVALSHA, transparently reloaded after NOSCRIPT), whatever the number
-// of items. By default the decision time is the Redis server's TIME, so
+// or Cluster): every Check and every Adjust is decided atomically by one Lua
+// script call (EVALSHA, transparently reloaded after NOSCRIPT), whatever the
+// number of items; checks that arrive together may share a call, each still
+// all or nothing (Options.Unbatched). By default the decision time is the Redis server's TIME, so
 // gateway replicas with skewed clocks agree.
 //
 // The store speaks to Redis through a Scripter; the subpackages goredisclient
@@ -53,6 +54,12 @@ type Options struct {
 	// Keys that share a hash tag ("{tenant=acme}:...") share a slot and are
 	// decided in one atomic call. Adjustments run per slot too.
 	Cluster bool
+	// Unbatched makes every check its own script call. By default checks
+	// that arrive while a check's call is in flight are decided together in
+	// the next call, each still all or nothing and in arrival order, which
+	// shares one call's cost among them; a lone caller waits for nothing
+	// (batch.go).
+	Unbatched bool
 	// TTLPadding is added to every key's TTL. Keys always expire as soon as
 	// their state is empty; padding only matters when the caller's clock
 	// (CallerTime) runs ahead of or behind the server's.
@@ -68,9 +75,15 @@ type Store struct {
 	padMs    string
 	check    script
 	checkOne [tokenlimit.GCRA + 1]script
-	adjust   script
-	reset    script
-	entries  script
+	// batch queues checks per slot; nil when Options.Unbatched.
+	batch      *batchers
+	checkBatch script
+	// batchScriptAlways makes even a lone check run the batch script, so
+	// that the test suites exercise it on every decision (export_test.go).
+	batchScriptAlways bool
+	adjust            script
+	reset             script
+	entries           script
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -89,7 +102,7 @@ func New(client Scripter, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "rl:"
 	}
-	return &Store{
+	s := &Store{
 		client:  client,
 		prefix:  opts.Prefix,
 		caller:  opts.CallerTime,
@@ -103,14 +116,20 @@ func New(client Scripter, opts Options) (*Store, error) {
 			tokenlimit.TokenBucket:    newScript(checkOneSource[tokenlimit.TokenBucket]),
 			tokenlimit.GCRA:           newScript(checkOneSource[tokenlimit.GCRA]),
 		},
-		adjust:  newScript(adjustSource),
-		reset:   newScript(resetSource),
-		entries: newScript(entriesSource),
-	}, nil
+		checkBatch: newScript(checkBatchSource),
+		adjust:     newScript(adjustSource),
+		reset:      newScript(resetSource),
+		entries:    newScript(entriesSource),
+	}
+	if !opts.Unbatched {
+		s.batch = newBatchers(opts.Cluster)
+	}
+	return s, nil
 }
 
-// Check implements tokenlimit.Store in one script call, or, on Redis Cluster
-// with items in several slots, in one call per slot (see Options.Cluster).
+// Check implements tokenlimit.Store in one script call, which it may share
+// with other checks (see Options.Unbatched), or, on Redis Cluster with items
+// in several slots, in one call per slot (see Options.Cluster).
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	if err := tokenlimit.ValidateItems(items, results); err != nil {
 		return now, fmt.Errorf("redisstore: %w", err)
@@ -119,6 +138,9 @@ func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Ite
 		if groups := s.slotGroups(items); len(groups) > 1 {
 			return s.checkGroups(ctx, now, items, results, groups)
 		}
+	}
+	if s.batch != nil {
+		return s.checkBatched(ctx, now, items, results)
 	}
 	return s.checkOnce(ctx, now, items, results)
 }

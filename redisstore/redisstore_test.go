@@ -86,6 +86,43 @@ func TestConformanceRueidis(t *testing.T) {
 	}))
 }
 
+// TestConformanceBatchScript decides every check, lone ones too, with the
+// batch script (check_batch.lua), which otherwise runs only when checks
+// queue behind a call in flight.
+func TestConformanceBatchScript(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		inspect := goRedisClient(t, srv.Addr())
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				return redisstore.BatchScriptAlways(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)))
+			},
+			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
+			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },
+		}
+	})
+}
+
+// TestConformanceUnbatched runs the suite with batching off: every check
+// is its own call.
+func TestConformanceUnbatched(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		inspect := goRedisClient(t, srv.Addr())
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				opts := callerTime(prefix)
+				opts.Unbatched = true
+				return newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), opts)
+			},
+			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
+			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },
+		}
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	storetest.Run(t, func(t *testing.T) storetest.Env {

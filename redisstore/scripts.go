@@ -14,8 +14,10 @@ import (
 var luaFiles embed.FS
 
 var (
-	checkSource  = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check.lua")
-	adjustSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "adjust.lua")
+	checkSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check_group.lua", "check.lua")
+	// checkBatchSource decides several checks in one call (batch.go).
+	checkBatchSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check_group.lua", "check_batch.lua")
+	adjustSource     = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "adjust.lua")
 	// entriesSource lists a sliding log's entries in its window (read only).
 	entriesSource = assemble("lib.lua", "sliding_log.lua", "log_entries.lua")
 	// checkOneSource holds, per algorithm, the script for a check of one

@@ -51,20 +51,23 @@ func verdict(ok bool) string {
 func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
 	med := make([][]float64, len(variants)) // [variant][callers]
 	p99 := make([][]float64, len(variants))
+	p50 := make([][]float64, len(variants))
 	minAllowed := 1.0
 	for v := range variants {
 		med[v] = make([]float64, len(cfg.callers))
 		p99[v] = make([]float64, len(cfg.callers))
+		p50[v] = make([]float64, len(cfg.callers))
 		for ci := range cfg.callers {
-			var rates, tails []float64
+			var rates, tails, mids []float64
 			for _, c := range cells[v][ci] {
 				rates = append(rates, c.perSecond())
 				tails = append(tails, float64(c.hist.quantile(0.99)))
+				mids = append(mids, float64(c.hist.quantile(0.5)))
 				if c.decisions > 0 {
 					minAllowed = min(minAllowed, float64(c.allowed)/float64(c.decisions))
 				}
 			}
-			med[v][ci], p99[v][ci] = median(rates), median(tails)
+			med[v][ci], p99[v][ci], p50[v][ci] = median(rates), median(tails), median(mids)
 		}
 	}
 	cols := func() {
@@ -105,6 +108,11 @@ func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
 	}
 	ratios := []struct{ name, num, den string }{
 		{"ours token bucket (rueidis) / redis_rate", vOursTBRueidis, vRedisRate},
+		{"ours token bucket (rueidis) / bare rueidis PING", vOursTBRueidis, vPing},
+		{"ours 3 limits / ours 1 limit (rueidis)", vOursMulti, vOursTBRueidis},
+		{"ours token bucket: batched / Unbatched", vOursTBRueidis, vOursTBUnbatched},
+		{"ours 3 limits: batched / Unbatched", vOursMulti, vOursMultiUnb},
+		{"Unbatched: ours token bucket / redis_rate", vOursTBUnbatched, vRedisRate},
 		{"ours GCRA (rueidis) / redis_rate", vOursGCRARueidis, vRedisRate},
 		{"ours token bucket (go-redis) / redis_rate", vOursTBGoRedis, vRedisRate},
 		{"seed script: rueidis / go-redis pool", vSeedRueidis, vSeedGoRedis},
@@ -139,14 +147,19 @@ func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
 		}
 	}
 
-	w.printf("\n### p99 latency of one decision\n\n")
-	cols()
-	for v := range variants {
-		w.printf("| %s |", variants[v].name)
-		for ci := range cfg.callers {
-			w.printf(" %s |", time.Duration(p99[v][ci]).Round(time.Microsecond))
+	for _, q := range []struct {
+		name string
+		v    [][]float64
+	}{{"p50", p50}, {"p99", p99}} {
+		w.printf("\n### %s latency of one decision\n\n", q.name)
+		cols()
+		for v := range variants {
+			w.printf("| %s |", variants[v].name)
+			for ci := range cfg.callers {
+				w.printf(" %s |", time.Duration(q.v[v][ci]).Round(time.Microsecond))
+			}
+			w.printf("\n")
 		}
-		w.printf("\n")
 	}
 	w.printf("\n")
 }

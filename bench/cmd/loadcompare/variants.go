@@ -92,9 +92,13 @@ func (c *clients) close() {
 }
 
 // ourLimiter is a tokenlimit.Limiter on the Redis store (server time, the
-// production setup) through the given adapter.
+// production setup: the zero Options) through the given adapter.
 func ourLimiter(s redisstore.Scripter) *tokenlimit.Limiter {
-	st, err := redisstore.New(s, redisstore.Options{})
+	return ourLimiterWith(s, redisstore.Options{})
+}
+
+func ourLimiterWith(s redisstore.Scripter, opts redisstore.Options) *tokenlimit.Limiter {
+	st, err := redisstore.New(s, opts)
 	if err != nil {
 		panic(err) // only a nil client fails
 	}
@@ -160,6 +164,15 @@ func seedRueidis(c *clients) decider {
 	}
 }
 
+// ping is a bare auto-pipelined rueidis PING: the most a client can ask
+// of this Redis, the ceiling of any one-command-per-decision limiter.
+func ping(c *clients) decider {
+	return func(ctx context.Context, _ string) (bool, error) {
+		err := c.rueidis.Do(ctx, c.rueidis.B().Ping().Build()).Error()
+		return err == nil, err
+	}
+}
+
 func redisRate(c *clients) decider {
 	lim := redis_rate.NewLimiter(c.goredis)
 	return func(ctx context.Context, key string) (bool, error) {
@@ -176,6 +189,10 @@ const (
 	vRedisRate       = "redis_rate v10 Allow (go-redis pool)"
 	vOursTBGoRedis   = "ours token bucket (go-redis pool)"
 	vOursTBRueidis   = "ours token bucket (rueidis)"
+	vOursTBUnbatched = "ours token bucket (rueidis, Unbatched)"
+	vOursMulti       = "ours 3 limits tb+sc+fw (rueidis)"
+	vOursMultiUnb    = "ours 3 limits tb+sc+fw (rueidis, Unbatched)"
+	vPing            = "bare rueidis PING"
 	vOursGCRARueidis = "ours GCRA (rueidis)"
 	vSeedGoRedis     = "seed token_bucket.lua (go-redis pool, EVALSHA)"
 	vSeedRueidis     = "seed token_bucket.lua (rueidis)"
@@ -189,11 +206,16 @@ const (
 func loadVariants(c *clients) []variant {
 	viaGoRedis := ourLimiter(goredisclient.New(c.goredis))
 	viaRueidis := ourLimiter(rueidisclient.New(c.rueidis))
+	unbatched := ourLimiterWith(rueidisclient.New(c.rueidis), redisstore.Options{Unbatched: true})
 	return []variant{
 		{vRedisRate, redisRate(c)},
 		{vOursTBGoRedis, ours(viaGoRedis, ourTokenBucket)},
 		{vOursTBRueidis, ours(viaRueidis, ourTokenBucket)},
+		{vOursTBUnbatched, ours(unbatched, ourTokenBucket)},
 		{vOursGCRARueidis, ours(viaRueidis, ourGCRA)},
+		{vOursMulti, oursMulti(viaRueidis)},
+		{vOursMultiUnb, oursMulti(unbatched)},
+		{vPing, ping(c)},
 		{vSeedGoRedis, seedGoRedis(c)},
 		{vSeedRueidis, seedRueidis(c)},
 	}

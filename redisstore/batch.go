@@ -1,0 +1,257 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// Batching: while a check's script call is in flight, the checks that
+// arrive queue, and the next call decides all of them, in order, each all
+// or nothing (check_batch.lua): one call's fixed cost (the invocation, TIME,
+// building the script's functions) is shared by every check in it. A batch
+// is whatever queued meanwhile, so a lone caller waits for nothing. On
+// Redis Cluster checks are batched per slot.
+
+// Bounds of one batch call.
+const (
+	// maxBatchItems bounds the items of one batch call (a check is never
+	// split, so a call holds at least one check).
+	maxBatchItems = 128
+	// batchLanes is how many calls one batcher keeps in flight: while one
+	// call is on the wire or in Redis, the next can be formed and sent.
+	batchLanes = 2
+)
+
+// batcher queues the checks of one slot (the whole key space outside a
+// Cluster).
+type batcher struct {
+	s       *Store
+	mu      sync.Mutex
+	running int // calls in flight
+	queue   []*batchJob
+}
+
+// batchJob is one queued check. done is closed when it is decided.
+type batchJob struct {
+	ctx     context.Context
+	now     time.Time
+	items   []tokenlimit.Item
+	results []tokenlimit.Result
+	at      time.Time
+	err     error
+	done    chan struct{}
+}
+
+// batchers holds one batcher per Redis Cluster slot (one in all when not on
+// a Cluster), created when first used.
+type batchers struct {
+	slots []atomic.Pointer[batcher]
+}
+
+func newBatchers(cluster bool) *batchers {
+	n := 1
+	if cluster {
+		n = clusterSlots
+	}
+	return &batchers{slots: make([]atomic.Pointer[batcher], n)}
+}
+
+func (bs *batchers) get(s *Store, slot int) *batcher {
+	p := &bs.slots[slot%len(bs.slots)]
+	if b := p.Load(); b != nil {
+		return b
+	}
+	p.CompareAndSwap(nil, &batcher{s: s})
+	return p.Load()
+}
+
+// checkBatched decides valid items, which share a slot, through the slot's
+// batcher: directly if a lane is free, else in the next batch call.
+func (s *Store) checkBatched(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	slot := 0
+	if s.cluster {
+		slot = keySlot(s.Key(items[0].Key, items[0].Limit.Algorithm))
+	}
+	b := s.batch.get(s, slot)
+	b.mu.Lock()
+	if b.running < batchLanes {
+		b.running++
+		b.mu.Unlock()
+		at, err := s.checkAlone(ctx, now, items, results)
+		b.next()
+		return at, err
+	}
+	j := &batchJob{ctx: ctx, now: now, items: items, results: results, done: make(chan struct{})}
+	b.queue = append(b.queue, j)
+	b.mu.Unlock()
+	select {
+	case <-j.done:
+		return j.at, j.err
+	case <-ctx.Done():
+		// The batch may still decide (and charge) it, as a call cut off
+		// in flight may: the caller sees an error either way.
+		return now, fmt.Errorf("redisstore: check: %w", context.Cause(ctx))
+	}
+}
+
+// next runs the queued checks in a lane that has just finished a call, or
+// frees the lane if nothing is queued.
+func (b *batcher) next() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.running--
+		b.mu.Unlock()
+		return
+	}
+	jobs := b.take()
+	b.mu.Unlock()
+	go func() {
+		b.s.runBatch(jobs)
+		b.next()
+	}()
+}
+
+// take removes from the queue the checks of the next call: in order, up to
+// maxBatchItems items. The caller holds mu.
+func (b *batcher) take() []*batchJob {
+	n, items := 0, 0
+	for n < len(b.queue) && (n == 0 || items+len(b.queue[n].items) <= maxBatchItems) {
+		items += len(b.queue[n].items)
+		n++
+	}
+	jobs := make([]*batchJob, n)
+	copy(jobs, b.queue)
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	return jobs
+}
+
+// runBatch decides jobs in one call (one check in the plain check call) and
+// wakes their callers. A job whose caller gave up is left out.
+func (s *Store) runBatch(jobs []*batchJob) {
+	live := jobs[:0:0]
+	for _, j := range jobs {
+		if err := j.ctx.Err(); err != nil {
+			j.err = fmt.Errorf("redisstore: check: %w", context.Cause(j.ctx))
+			close(j.done)
+			continue
+		}
+		live = append(live, j)
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		j := live[0]
+		j.at, j.err = s.checkAlone(j.ctx, j.now, j.items, j.results)
+		close(j.done)
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	err := s.checkMany(ctx, live)
+	for _, j := range live {
+		if err != nil {
+			j.at, j.err = j.now, err
+		}
+		close(j.done)
+	}
+}
+
+// checkAlone decides one check that has a call of its own: with the plain
+// check script (smaller, so cheaper to run), or with the batch script when
+// a test asks for it (Store.batchScriptAlways).
+func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	if !s.batchScriptAlways {
+		return s.checkOnce(ctx, now, items, results)
+	}
+	j := &batchJob{ctx: ctx, now: now, items: items, results: results}
+	if err := s.checkMany(ctx, []*batchJob{j}); err != nil {
+		return now, err
+	}
+	return j.at, nil
+}
+
+// batchContext is the context of a batch call: it ends when the last of
+// the jobs' contexts could (the latest deadline; none if one has none), so
+// one caller giving up does not fail the others.
+func batchContext(jobs []*batchJob) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, j := range jobs {
+		d, ok := j.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(j.ctx))
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(jobs[0].ctx), latest)
+}
+
+// checkMany runs check_batch.lua on jobs and writes each job's results and
+// decision time.
+func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
+	nk, na := 0, 1
+	for _, j := range jobs {
+		nk += len(j.items) + 1
+		na += 2 + 5*len(j.items)
+	}
+	keys, args := make([]string, 0, nk), make([]string, 1, na)
+	args[0] = s.padMs
+	for _, j := range jobs {
+		now := ""
+		if s.caller {
+			now = strconv.FormatInt(j.now.UnixMicro(), 10)
+		}
+		args = append(args, now, strconv.Itoa(len(j.items)))
+		for _, it := range j.items {
+			keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
+			args = appendParams(args, it.Limit, it.Cost)
+		}
+	}
+	reply, err := s.run(ctx, s.checkBatch, keys, args)
+	if err != nil {
+		return fmt.Errorf("redisstore: check: %w", err)
+	}
+	r := 1
+	for _, j := range jobs {
+		if len(reply) < r+1+5*len(j.items) {
+			return fmt.Errorf("redisstore: check batch: reply has %d values, too few for %d checks", len(reply), len(jobs))
+		}
+		j.at = time.UnixMicro(reply[r])
+		for i, it := range j.items {
+			j.results[i] = toResult(it.Limit, reply[r+1+5*i:r+6+5*i])
+		}
+		r += 1 + 5*len(j.items)
+	}
+	if r != len(reply) {
+		return fmt.Errorf("redisstore: check batch: reply has %d values, want %d", len(reply), r)
+	}
+	return nil
+}
+
+// clusterSlots is the number of Redis Cluster hash slots.
+const clusterSlots = 16384
+
+// keySlot is the Redis Cluster slot of a Redis key: CRC16 (XMODEM) of its
+// hash tag, modulo 16384.
+func keySlot(key string) int {
+	var crc uint16
+	for _, c := range []byte(hashTag(key)) {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % clusterSlots)
+}

@@ -1,0 +1,113 @@
+package redisstore_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/storetest"
+)
+
+// gated holds every script call until open is closed, and counts them.
+type gated struct {
+	redisstore.Scripter
+	open  chan struct{}
+	calls atomic.Int64
+}
+
+func (g *gated) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	g.calls.Add(1)
+	<-g.open
+	return g.Scripter.EvalSHA(ctx, sha, keys, args)
+}
+
+// Checks that arrive while calls are in flight queue and are decided
+// together in one call, each on its own and in order, and exactly: a bucket
+// of 5 admits 5 of 12 concurrent checks, in 2 lone calls and 1 batch.
+func TestChecksQueuedBehindCallsShareOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	g := &gated{Scripter: rueidisclient.New(rueidisClient(t, srv.Addr())), open: make(chan struct{})}
+	st := newStore(t, g, callerTime(newPrefix()))
+	limit := tokenlimit.TokenBucketLimit(5, 1, time.Hour)
+	const callers = 12
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			results := make([]tokenlimit.Result, 1)
+			items := []tokenlimit.Item{{Key: "user=batch", Limit: limit, Cost: 1}}
+			if _, err := st.Check(context.Background(), storetest.Base, items, results); err != nil {
+				t.Error(err)
+				return
+			}
+			if results[0].Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	// Two calls hold the two lanes; every other check queues behind them.
+	for redisstore.QueuedChecks(st) < callers-2 || g.calls.Load() < 2 {
+		runtime.Gosched()
+	}
+	close(g.open)
+	wg.Wait()
+	if n := allowed.Load(); n != 5 {
+		t.Errorf("%d of %d checks allowed, want 5", n, callers)
+	}
+	if n := g.calls.Load(); n != 3 {
+		t.Errorf("%d script calls for %d checks, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	}
+}
+
+// A caller that gives up while its check waits in the queue gets its
+// context's error, and the others are still decided.
+func TestQueuedCheckOfACallerThatGaveUp(t *testing.T) {
+	srv := redistest.Start(t)
+	g := &gated{Scripter: rueidisclient.New(rueidisClient(t, srv.Addr())), open: make(chan struct{})}
+	st := newStore(t, g, callerTime(newPrefix()))
+	limit := tokenlimit.TokenBucketLimit(5, 1, time.Hour)
+	check := func(ctx context.Context) error {
+		items := []tokenlimit.Item{{Key: "user=gaveup", Limit: limit, Cost: 1}}
+		_, err := st.Check(ctx, storetest.Base, items, make([]tokenlimit.Result, 1))
+		return err
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := check(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for g.calls.Load() < 2 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- check(ctx) }()
+	for redisstore.QueuedChecks(st) < 1 {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Error("a cancelled queued check returned no error")
+	}
+	close(g.open)
+	wg.Wait()
+	// The cancelled check was left out of the batch: 2 of 5 are taken.
+	results := make([]tokenlimit.Result, 1)
+	items := []tokenlimit.Item{{Key: "user=gaveup", Limit: limit}}
+	if _, err := st.Check(context.Background(), storetest.Base, items, results); err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Remaining != 3 {
+		t.Errorf("remaining %d after 2 checks and 1 abandoned one, want 3", results[0].Remaining)
+	}
+}

@@ -1,0 +1,17 @@
+package redisstore
+
+// BatchScriptAlways makes every check of s run through check_batch.lua, a
+// lone one too, so that the suites exercise the batch script on every
+// decision rather than only when checks happen to queue.
+func BatchScriptAlways(s *Store) *Store {
+	s.batchScriptAlways = true
+	return s
+}
+
+// QueuedChecks is how many checks wait for a call of s (not on a Cluster).
+func QueuedChecks(s *Store) int {
+	b := s.batch.get(s, 0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}

@@ -1,0 +1,28 @@
+-- check_batch.lua: decides several independent checks in one call, in
+-- order, each all or nothing as check.lua decides one: a batch shares one
+-- call's fixed cost. ARGV[1]: TTL padding in ms; then per check: now in µs
+-- or "" for the server's TIME (read once per call), the number of items n,
+-- and 5 values per item as in check.lua. KEYS: every check's keys in order.
+-- Reply: the server's time (0 if no check used it), then per check its
+-- decision time and 5 values per item as in check.lua.
+
+local pad = tonumber(ARGV[1])
+local reply, server = { 0 }, nil
+local a, k = 1, 1
+while a < #ARGV do
+  local now = ARGV[a + 1]
+  if now == '' then
+    if not server then
+      server = clock('')
+      reply[1] = server
+    end
+    now = server
+  else
+    now = tonumber(now)
+  end
+  local n = tonumber(ARGV[a + 2])
+  reply[#reply + 1] = now
+  k = check_group(reply, a + 2, n, k, now, pad)
+  a = a + 2 + 5 * n
+end
+return reply
