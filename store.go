@@ -95,6 +95,9 @@ func (a Adjustment) Validate() error {
 	if err := validateKeyCost(a.Key, "delta", a.Delta, -MaxCost); err != nil {
 		return err
 	}
+	if err := ValidateTime("charged_at", a.ChargedAt); err != nil {
+		return err
+	}
 	if a.Limit.bucketed() {
 		num, _ := a.Limit.Interval()
 		if limit := MaxBucketSpan / num; a.Delta > limit || -a.Delta > limit {
@@ -141,7 +144,9 @@ type Store interface {
 	// It writes one Result per item into results, which must have the same
 	// length as items, and returns the time it decided at: now, or the Redis
 	// server's clock for a Redis store in server-time mode.
-	// Invalid items return an error matching ErrInvalid and change nothing.
+	// Invalid items, or a now outside ValidateTime's range (field "now",
+	// whatever the time mode), return an error matching ErrInvalid and
+	// change nothing.
 	Check(ctx context.Context, now time.Time, items []Item, results []Result) (time.Time, error)
 	// Adjust applies adjustments at time now atomically: all or, on an error,
 	// none. Adjustments never deny.
@@ -193,6 +198,26 @@ func ValidateItems(items []Item, results []Result) error {
 	}
 	return nil
 }
+
+// ValidateTime checks a time a store computes with, such as the now of a
+// Check in caller-time mode or an adjustment's ChargedAt: it must lie in
+// [the Unix epoch, 2^53 µs after it), the range in which both stores count
+// microseconds exactly (about the year 2255). Its error is a *FieldError
+// naming field.
+func ValidateTime(field string, t time.Time) error {
+	switch {
+	case t.Before(epoch):
+		return fieldErr(field, "%s is before the Unix epoch", t.UTC().Format(time.RFC3339Nano))
+	case !t.Before(maxTime):
+		return fieldErr(field, "%s is at or after 2^53 µs since the Unix epoch", t.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+var (
+	epoch   = time.Unix(0, 0)
+	maxTime = time.UnixMicro(MaxExact)
+)
 
 // ValidateKey checks a key and algorithm for Store.Reset.
 func ValidateKey(key string, alg Algorithm) error {

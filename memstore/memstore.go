@@ -261,11 +261,10 @@ func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 }
 
 func micros(now time.Time) (int64, error) {
-	t := now.UnixMicro()
-	if t < 0 {
-		return 0, fmt.Errorf("memstore: time %s is before the Unix epoch: %w", now, tokenlimit.ErrInvalid)
+	if err := tokenlimit.ValidateTime("now", now); err != nil {
+		return 0, fmt.Errorf("memstore: %w", err)
 	}
-	return t, nil
+	return now.UnixMicro(), nil
 }
 
 // decide runs the item's algorithm for cost on p's entry, without storing,

@@ -187,27 +187,6 @@ func TestSweptKeysMakeRoomForNewOnes(t *testing.T) {
 	}
 }
 
-func TestTimeBeforeEpochIsInvalid(t *testing.T) {
-	t.Parallel()
-	st := newStore(t, memstore.Options{})
-	ctx := context.Background()
-	l := tokenlimit.FixedWindowLimit(5, time.Second)
-	for _, now := range []time.Time{time.Unix(-1, 0), time.UnixMicro(-1), {}} {
-		if _, err := check(st, now, tokenlimit.Item{Key: "k", Limit: l, Cost: 1}); !errors.Is(err, tokenlimit.ErrInvalid) {
-			t.Errorf("Check at %v: %v, want ErrInvalid", now, err)
-		}
-		if err := st.Adjust(ctx, now, []tokenlimit.Adjustment{{Key: "k", Limit: l, Delta: 1, ChargedAt: t0}}); !errors.Is(err, tokenlimit.ErrInvalid) {
-			t.Errorf("Adjust at %v: %v, want ErrInvalid", now, err)
-		}
-	}
-	if st.Len() != 0 {
-		t.Errorf("Len() = %d after refused calls, want 0", st.Len())
-	}
-	if r := mustCheck(t, st, time.Unix(0, 0), "k", l, 1); !r.Allowed || r.Remaining != 4 {
-		t.Errorf("at the epoch itself: %+v, want allowed with 4 left", r)
-	}
-}
-
 // TestConcurrentDistinctKeys hammers many keys across shards from many
 // goroutines: each goroutine's own keys, keys shared by all, and two-key
 // checks taken in both orders. Every total is exact.

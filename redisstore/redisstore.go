@@ -134,6 +134,9 @@ func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Ite
 	if err := tokenlimit.ValidateItems(items, results); err != nil {
 		return now, fmt.Errorf("redisstore: %w", err)
 	}
+	if err := tokenlimit.ValidateTime("now", now); err != nil {
+		return now, fmt.Errorf("redisstore: %w", err)
+	}
 	if s.cluster {
 		if groups := s.slotGroups(items); len(groups) > 1 {
 			return s.checkGroups(ctx, now, items, results, groups)
@@ -180,6 +183,9 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenli
 	if err := tokenlimit.ValidateAdjustments(adjustments); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
+	if err := tokenlimit.ValidateTime("now", now); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
 	if len(adjustments) == 0 {
 		return nil
 	}
@@ -223,6 +229,9 @@ func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Lim
 	}
 	if limit.Algorithm != tokenlimit.SlidingLog {
 		return nil, fmt.Errorf("redisstore: %s has no log: %w", limit.Algorithm, tokenlimit.ErrInvalid)
+	}
+	if err := tokenlimit.ValidateTime("now", now); err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	args := append(s.header(now, 1), strconv.FormatInt(limit.Period.Microseconds(), 10))
 	reply, err := s.run(ctx, s.entries, s.appendKeys(nil, key, limit.Algorithm), args)

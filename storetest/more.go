@@ -152,6 +152,7 @@ func runInvalid(t *testing.T, open Open) {
 			t.Fatalf("error %v, want ErrInvalid", err)
 		}
 	})
+	t.Run("times out of range", func(t *testing.T) { runTimes(t, open) })
 	t.Run("adjustment delta out of range", func(t *testing.T) {
 		st := open(t).Replica()
 		err := st.Adjust(context.Background(), Base, []tokenlimit.Adjustment{{Key: "good", Limit: tb10at2, Delta: -tokenlimit.MaxCost - 1, ChargedAt: Base}})
@@ -160,6 +161,48 @@ func runInvalid(t *testing.T, open Open) {
 			t.Fatalf("error %v, want a *FieldError for adjustments[0].delta", err)
 		}
 	})
+}
+
+// runTimes: a time before the Unix epoch, or at or after 2^53 µs, is
+// refused with ErrInvalid naming "now" (Check, Adjust, LogEntries) or the
+// adjustment's "charged_at", and changes nothing; the two ends of the range
+// are accepted.
+func runTimes(t *testing.T, open Open) {
+	t.Parallel()
+	ctx := context.Background()
+	st := open(t).Replica()
+	l := tokenlimit.FixedWindowLimit(5, s)
+	last := time.UnixMicro(tokenlimit.MaxExact - 1)
+	bad := []time.Time{time.Unix(-1, 0), time.UnixMicro(-1), {}, time.UnixMicro(tokenlimit.MaxExact), last.Add(time.Hour)}
+	wantField := func(what string, err error, field string) {
+		t.Helper()
+		var fe *tokenlimit.FieldError
+		if !errors.Is(err, tokenlimit.ErrInvalid) || !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: error %v, want a *FieldError for %s matching ErrInvalid", what, err, field)
+		}
+	}
+	for _, now := range bad {
+		_, err := st.Check(ctx, now, []tokenlimit.Item{{Key: "k", Limit: l, Cost: 1}}, make([]tokenlimit.Result, 1))
+		wantField("Check at "+now.String(), err, "now")
+		err = st.Adjust(ctx, now, []tokenlimit.Adjustment{{Key: "k", Limit: l, Delta: 1, ChargedAt: Base}})
+		wantField("Adjust at "+now.String(), err, "now")
+		err = st.Adjust(ctx, Base, []tokenlimit.Adjustment{{Key: "k", Limit: l, Delta: 1, ChargedAt: now}})
+		wantField("Adjust charged at "+now.String(), err, "adjustments[0].charged_at")
+		if lr, ok := st.(tokenlimit.LogReader); ok {
+			_, err = lr.LogEntries(ctx, "k", tokenlimit.SlidingLogLimit(5, s), now)
+			wantField("LogEntries at "+now.String(), err, "now")
+		}
+	}
+	if r := peek(t, st, l, "k"); r.Remaining != 5 {
+		t.Errorf("after the refused calls k has %d left, want 5 (nothing charged)", r.Remaining)
+	}
+	for _, now := range []time.Time{time.Unix(0, 0), last} {
+		results := make([]tokenlimit.Result, 1)
+		_, err := st.Check(ctx, now, []tokenlimit.Item{{Key: "edge", Limit: l, Cost: 1}}, results)
+		if err != nil || !results[0].Allowed || results[0].Remaining != 4 {
+			t.Errorf("Check at %s: %+v, %v; want allowed with 4 left", now.UTC().Format(time.RFC3339Nano), results[0], err)
+		}
+	}
 }
 
 // runScriptFlush: a store that loses its cached scripts recovers by itself,
