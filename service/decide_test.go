@@ -534,6 +534,9 @@ limits:
 			{"empty name", []service.Request{{Descriptors: D{"": "v"}}}, "requests[0].descriptors"},
 			{"negative cost", []service.Request{{Descriptors: D{"user": "u"}, Cost: -1}}, "requests[0].cost"},
 			{"cost over MaxCost", []service.Request{{Descriptors: D{"user": "u"}, Cost: 1<<40 + 1}}, "requests[0].cost"},
+			{"value not UTF-8", []service.Request{{Descriptors: D{"user": "\xff"}}}, "requests[0].descriptors.user"},
+			{"other value not UTF-8", []service.Request{ok, {Descriptors: D{"user": "a\xfe"}}}, "requests[1].descriptors.user"},
+			{"name not UTF-8", []service.Request{{Descriptors: D{"us\xffer": "v"}}}, "requests[0].descriptors"},
 		}
 		for _, tt := range tests {
 			_, err := e.svc.Check(ctx, tt.reqs...)

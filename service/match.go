@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
@@ -82,8 +83,14 @@ func (s *Service) validate(i int, r Request) error {
 		switch {
 		case name == "" || len(name) > 64:
 			return invalid("requests[%d].descriptors: names must be 1-64 bytes, got %q", i, name)
+		case !utf8.ValidString(name):
+			return invalid("requests[%d].descriptors: names must be valid UTF-8, got %q", i, name)
 		case len(v) > s.opts.MaxDescriptorLength:
 			return invalid("requests[%d].descriptors.%s: at most %d bytes, got %d", i, name, s.opts.MaxDescriptorLength, len(v))
+		case !utf8.ValidString(v):
+			// Refused rather than repaired: replacing the invalid bytes
+			// would give distinct values one budget.
+			return invalid("requests[%d].descriptors.%s: not valid UTF-8", i, name)
 		}
 	}
 	return nil

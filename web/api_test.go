@@ -343,5 +343,7 @@ func TestInspectAndReset(t *testing.T) {
 	e.post("/ui/api/inspect", `{"descriptors": {"user": "`+strings.Repeat("x", 300)+`"}}`, auth).wantError(t, http.StatusBadRequest, "descriptors.user", "at most 256 bytes")
 	e.post("/ui/api/inspect", `{"descriptors": {}`, auth).wantError(t, http.StatusBadRequest, "body", "truncated JSON")
 	e.post("/ui/api/inspect", `{} {}`, auth).wantError(t, http.StatusBadRequest, "body", "unexpected data")
+	e.post("/ui/api/inspect", `{"descriptors": {"user": "a", "user": "b"}}`, auth).wantError(t, http.StatusBadRequest, "descriptors.user", "appears twice")
+	e.post("/ui/api/inspect", "{\"descriptors\": {\"user\": \"\xff\"}}", auth).wantError(t, http.StatusBadRequest, "descriptors.user", "not valid UTF-8")
 	e.post("/ui/api/inspect", `{"descriptors": {"a": "`+strings.Repeat("x", 17<<10)+`"}}`, auth).wantError(t, http.StatusRequestEntityTooLarge, "body", "larger than")
 }

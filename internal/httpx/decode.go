@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,7 +11,8 @@ import (
 )
 
 // Decode reads r's body, at most max bytes, as exactly one JSON object into
-// v, rejecting unknown fields and trailing data. Its error is a 400 naming
+// v, rejecting unknown fields, trailing data, a member given twice in one
+// object and strings that are not valid UTF-8 (see strict). Its error is a 400 naming
 // the field at fault ("body" for the body as a whole), or a 413 for a body
 // over max.
 func Decode(w http.ResponseWriter, r *http.Request, max int64, v any) *Error {
@@ -24,7 +26,14 @@ func DecodeOptional(w http.ResponseWriter, r *http.Request, max int64, v any) *E
 }
 
 func decode(w http.ResponseWriter, r *http.Request, max int64, v any, emptyOK bool) *Error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		if e := tooLarge(err, max); e != nil {
+			return e
+		}
+		return BadRequest("body", "reading the body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if emptyOK && errors.Is(err, io.EOF) {
@@ -33,12 +42,9 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any, emptyOK bo
 		return decodeError(err, max)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		if e := tooLarge(err, max); e != nil {
-			return e
-		}
 		return BadRequest("body", "unexpected data after the JSON object")
 	}
-	return nil
+	return strict(data)
 }
 
 func tooLarge(err error, max int64) *Error {

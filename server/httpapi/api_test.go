@@ -62,6 +62,14 @@ func TestBadRequests(t *testing.T) {
 		{"settle without actual", "/v1/settle", `{"id": "r"}`, "actual", "required"},
 		{"settle negative", "/v1/settle", `{"id": "r", "actual": -3}`, "actual", "must be between"},
 		{"settle id type", "/v1/settle", `{"id": 3, "actual": 3}`, "id", "want a string, got number"},
+		{"duplicate descriptor", "/v1/check", `{"descriptors": {"user": "a", "user": "b"}}`, "descriptors.user", "appears twice"},
+		{"duplicate cost", "/v1/check", `{"descriptors": {"user": "a"}, "cost": 1, "cost": 900}`, "cost", "appears twice"},
+		{"duplicate in requests", "/v1/check", `{"requests": [{"descriptors": {"user": "a"}, "descriptors": {"user": "b"}}]}`, "requests[0].descriptors", "appears twice"},
+		{"duplicate reserve id", "/v1/reserve", `{"id": "r1", "id": "r2", "descriptors": {}}`, "id", "appears twice"},
+		{"duplicate settle actual", "/v1/settle", `{"id": "r", "actual": 1, "actual": 2}`, "actual", "appears twice"},
+		{"descriptor 0xff", "/v1/check", "{\"descriptors\": {\"user\": \"\xff\"}}", "descriptors.user", "not valid UTF-8"},
+		{"descriptor lone surrogate", "/v1/check", `{"descriptors": {"user": "\udcff"}}`, "descriptors.user", "not valid UTF-8"},
+		{"descriptor name 0xfe", "/v1/check", "{\"descriptors\": {\"\xfe\": \"a\"}}", "descriptors", "member name is not valid UTF-8"},
 	}
 	e := newEnv(t, memBackend(), setup{})
 	for _, c := range cases {
@@ -78,6 +86,8 @@ func TestAdminBadRequests(t *testing.T) {
 	wantError(t, e.post("/v1/admin/inspect", `{"descriptors": {"user": 1}}`, auth), http.StatusBadRequest, "descriptors", "want a string")
 	wantError(t, e.post("/v1/admin/inspect", `{"limit": "x"}`, auth), http.StatusBadRequest, "limit", "unknown field")
 	wantError(t, e.post("/v1/admin/reset", `{"descriptors": {"user": "`+strings.Repeat("x", 300)+`"}}`, auth), http.StatusBadRequest, "descriptors.user", "at most 256 bytes")
+	wantError(t, e.post("/v1/admin/reset", `{"descriptors": {"user": "a"}, "descriptors": {"user": "b"}}`, auth), http.StatusBadRequest, "descriptors", "appears twice")
+	wantError(t, e.post("/v1/admin/inspect", "{\"descriptors\": {\"user\": \"\xfe\"}}", auth), http.StatusBadRequest, "descriptors.user", "not valid UTF-8")
 }
 
 func TestBodyTooLarge(t *testing.T) {
