@@ -25,6 +25,7 @@ type proxyFlags struct {
 	storeFlags
 	config           string
 	upstream         string
+	anthropic        string
 	upstreamKey      string
 	listen           string
 	metricsListen    string
@@ -44,7 +45,8 @@ func proxyCommand() *cobra.Command {
 		Use:   "proxy --config FILE --upstream URL",
 		Short: "Run an OpenAI-compatible proxy that limits LLM calls by the tokens they use",
 		Long: `Run a reverse proxy in front of an OpenAI-compatible API. Each call to
-/v1/chat/completions, /v1/completions, /v1/embeddings or /v1/responses reserves
+/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses or
+Anthropic's /v1/messages reserves
 its estimated tokens (prompt + max_tokens) on every limit of the configuration
 it selects, is forwarded only if all of them admit it, and is settled to the
 usage the upstream reports. Other paths pass through under request-count
@@ -58,6 +60,7 @@ docs/proxy.md walks through it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "configuration file, such as examples/proxy.yaml (required)")
 	fl.StringVar(&f.upstream, "upstream", "", "the OpenAI-compatible API to forward to, such as https://api.openai.com (required)")
+	fl.StringVar(&f.anthropic, "anthropic-upstream", "", "where Anthropic Messages API calls (/v1/messages, and requests with an anthropic-version header) go, such as https://api.anthropic.com (empty: --upstream)")
 	fl.StringVar(&f.upstreamKey, "upstream-key", "", "api key sent upstream in place of the client's (empty: $TOKENLIMIT_UPSTREAM_KEY if set, else forward the client's key)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
@@ -78,9 +81,15 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if f.config == "" {
 		return fmt.Errorf("--config: a configuration file is required, such as examples/proxy.yaml: %w", errUsage)
 	}
-	upstream, err := parseUpstream(f.upstream)
+	upstream, err := parseUpstream("--upstream", f.upstream)
 	if err != nil {
 		return err
+	}
+	var anthropic *url.URL
+	if f.anthropic != "" {
+		if anthropic, err = parseUpstream("--anthropic-upstream", f.anthropic); err != nil {
+			return err
+		}
 	}
 	file := &configFile{path: f.config}
 	cfg, err := file.load()
@@ -107,7 +116,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.ResponseHeaderTimeout = f.upstreamTimeout
 	p, err := proxy.New(svc, proxy.Options{
-		Upstream: upstream, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
+		Upstream: upstream, AnthropicUpstream: anthropic, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
 		Tokenizer: tok, Logger: log,
 	})
@@ -118,10 +127,11 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	return serveProxy(ctx, log, f, file, svc, p, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 
-func parseUpstream(s string) (*url.URL, error) {
+// parseUpstream reads the base URL of an upstream API given with flag.
+func parseUpstream(flag, s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if s == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--upstream %q: want the API's base URL, such as https://api.openai.com: %w", s, errUsage)
+		return nil, fmt.Errorf("%s %q: want the API's base URL, such as https://api.openai.com: %w", flag, s, errUsage)
 	}
 	return u, nil
 }

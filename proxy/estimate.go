@@ -29,11 +29,13 @@ const (
 	Embeddings
 	// Responses is the Responses API, /responses.
 	Responses
+	// Messages is Anthropic's Messages API, /v1/messages.
+	Messages
 )
 
 // String returns the kind's name, as in logs.
 func (k Kind) String() string {
-	return [...]string{"passthrough", "chat", "completions", "embeddings", "responses"}[k]
+	return [...]string{"passthrough", "chat", "completions", "embeddings", "responses", "messages"}[k]
 }
 
 // KindOf returns the kind of a POST to path; any other method is a
@@ -52,6 +54,10 @@ func KindOf(method, path string) Kind {
 		return Embeddings
 	case strings.HasSuffix(path, "/responses"):
 		return Responses
+	case path == "/v1/messages" || path == "/messages":
+		// Not any path ending in /messages: OpenAI's
+		// /v1/threads/{id}/messages is an Assistants API call.
+		return Messages
 	}
 	return Passthrough
 }
@@ -76,6 +82,7 @@ type callBody struct {
 	Prompt              json.RawMessage `json:"prompt"`
 	Input               json.RawMessage `json:"input"`
 	Instructions        string          `json:"instructions"`
+	System              json.RawMessage `json:"system"`
 	Tools               json.RawMessage `json:"tools"`
 	Functions           json.RawMessage `json:"functions"`
 	MaxTokens           *int64          `json:"max_tokens"`
@@ -186,6 +193,8 @@ func (t counter) estimate(k Kind, body []byte, defaultMax int64) (Estimate, erro
 		return e, err
 	case Responses:
 		e.Prompt, err = t.countResponsesInput(b.Model, b.Instructions, b.Input)
+	case Messages:
+		return t.estimateMessages(e, b, defaultMax)
 	}
 	if err != nil {
 		return Estimate{}, err

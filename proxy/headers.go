@@ -17,6 +17,28 @@ import (
 // can foretell (the lease only bounds a crashed holder's slot).
 const inFlightRetry = time.Second
 
+// dialect is the API family a request speaks, which shapes the proxy's
+// own answers: their error bodies and rate-limit headers.
+type dialect uint8
+
+const (
+	// openAI: {"error":{"message","type","param","code"}} and
+	// x-ratelimit-* headers.
+	openAI dialect = iota
+	// anthropic: {"type":"error","error":{"type","message"}} and
+	// anthropic-ratelimit-* headers.
+	anthropic
+)
+
+// dialectOf returns the dialect of r: Anthropic's for the Messages API and
+// for any request carrying an anthropic-version header.
+func dialectOf(r *http.Request) dialect {
+	if KindOf(r.Method, r.URL.Path) == Messages || r.Header.Get("Anthropic-Version") != "" {
+		return anthropic
+	}
+	return openAI
+}
+
 // apiError is the body of an OpenAI-style error.
 type apiError struct {
 	Error struct {
@@ -27,24 +49,62 @@ type apiError struct {
 	} `json:"error"`
 }
 
-// writeError answers status with an OpenAI-style error body; an empty code
-// is null.
-func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	writeParamError(w, status, typ, code, "", msg)
+// anthropicError is the body of an Anthropic-style error.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
 }
 
-// writeParamError is writeError naming the request's parameter at fault; an
-// empty param is null.
-func writeParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
-	var e apiError
-	e.Error.Message, e.Error.Type = msg, typ
-	if code != "" {
-		e.Error.Code = &code
+// anthropicErrorType returns Anthropic's error type for an HTTP status.
+func anthropicErrorType(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_request_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable:
+		return "overloaded_error"
 	}
-	if param != "" {
-		e.Error.Param = &param
+	return "api_error"
+}
+
+// writeError answers status with an error body in dialect d; for OpenAI's,
+// typ and code (null when empty) are the error's type and code; Anthropic's
+// type follows from the status.
+func writeError(w http.ResponseWriter, d dialect, status int, typ, code, msg string) {
+	writeParamError(w, d, status, typ, code, "", msg)
+}
+
+// writeParamError is writeError naming the request's parameter at fault in
+// OpenAI's body; an empty param is null.
+func writeParamError(w http.ResponseWriter, d dialect, status int, typ, code, param, msg string) {
+	var body []byte
+	if d == anthropic {
+		e := anthropicError{Type: "error"}
+		e.Error.Type, e.Error.Message = anthropicErrorType(status), msg
+		body, _ = json.Marshal(e) // cannot fail: strings
+	} else {
+		var e apiError
+		e.Error.Message, e.Error.Type = msg, typ
+		if code != "" {
+			e.Error.Code = &code
+		}
+		if param != "" {
+			e.Error.Param = &param
+		}
+		body, _ = json.Marshal(e) // cannot fail: strings and nil pointers
 	}
-	body, _ := json.Marshal(e) // cannot fail: strings and nil pointers
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
 	w.WriteHeader(status)
@@ -60,27 +120,53 @@ func (p *Proxy) unitOf(name string) service.Unit {
 	return service.Requests
 }
 
-// setRateHeaders sets OpenAI's x-ratelimit-{limit,remaining,reset}-requests
-// from the tightest enforced limit counting requests, and -tokens from the
-// tightest counting tokens. Concurrency limits are not reported there. The
-// reset is how long until the limit is whole again, as a Go duration
-// rounded up to the millisecond ("6m0s", "1.5s", "20ms").
-func (p *Proxy) setRateHeaders(h http.Header, d service.Decision) {
+// setRateHeaders sets the rate-limit headers of c's dialect from decision
+// d: the tightest enforced limit counting requests, and the tightest
+// counting tokens. Concurrency limits are not reported there.
+//
+// OpenAI's are x-ratelimit-{limit,remaining,reset}-{requests,tokens}, the
+// reset being how long until the limit is whole again, as a Go duration
+// rounded up to the millisecond ("6m0s", "1.5s", "20ms"). Anthropic's are
+// anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}, the reset
+// being the time it is whole again in RFC 3339, rounded up to the second.
+func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
 	for _, u := range []service.Unit{service.Requests, service.Tokens} {
-		var of []service.Outcome
-		for _, o := range d.Limits {
-			if !o.Shadow && p.unitOf(o.Name) == u {
-				of = append(of, o)
-			}
-		}
-		t, ok := service.Decision{Limits: of}.Tightest()
+		t, ok := p.tightestOf(d, u)
 		if !ok {
+			continue
+		}
+		if c.dialect == anthropic {
+			prefix := "Anthropic-Ratelimit-" + u.String() + "-"
+			h.Set(prefix+"Limit", strconv.FormatInt(t.Limit, 10))
+			h.Set(prefix+"Remaining", strconv.FormatInt(t.Remaining, 10))
+			h.Set(prefix+"Reset", resetTime(d.At, t.ResetAfter))
 			continue
 		}
 		h.Set("X-Ratelimit-Limit-"+u.String(), strconv.FormatInt(t.Limit, 10))
 		h.Set("X-Ratelimit-Remaining-"+u.String(), strconv.FormatInt(t.Remaining, 10))
 		h.Set("X-Ratelimit-Reset-"+u.String(), ceilMillis(t.ResetAfter).String())
 	}
+}
+
+// tightestOf returns the tightest enforced outcome of d among the limits
+// counting u; false if there is none.
+func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome, bool) {
+	var of []service.Outcome
+	for _, o := range d.Limits {
+		if !o.Shadow && p.unitOf(o.Name) == u {
+			of = append(of, o)
+		}
+	}
+	return service.Decision{Limits: of}.Tightest()
+}
+
+// resetTime returns at + after, rounded up to the second, in RFC 3339 UTC.
+func resetTime(at time.Time, after time.Duration) string {
+	t := at.Add(after)
+	if r := t.Truncate(time.Second); r.Before(t) {
+		t = r.Add(time.Second)
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // ceilMillis rounds d up to a whole millisecond.
@@ -96,7 +182,7 @@ func ceilMillis(d time.Duration) time.Duration {
 func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	o, _ := d.Tightest()
 	unit := p.unitOf(o.Name)
-	p.setRateHeaders(w.Header(), d)
+	p.setRateHeaders(w.Header(), c, d)
 	typ := "requests"
 	if unit == service.Tokens {
 		typ = "tokens"
@@ -124,5 +210,5 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	}
 	p.log.Info("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
 		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait)
-	writeError(w, http.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
+	writeError(w, c.dialect, http.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
 }

@@ -85,9 +85,15 @@ type env struct {
 
 // setup configures an env.
 type setup struct {
-	yml   string
-	proxy func(*proxy.Options)
-	store func(tokenlimit.Store) tokenlimit.Store
+	yml     string
+	proxy   func(*proxy.Options)
+	store   func(tokenlimit.Store) tokenlimit.Store
+	handler func(http.Handler) http.Handler
+}
+
+// withHandler wraps the proxy's handler, as a middleware in front of it.
+func withHandler(wrap func(http.Handler) http.Handler) func(*setup) {
+	return func(s *setup) { s.handler = wrap }
 }
 
 // withConfig replaces examples/proxy.yaml.
@@ -166,7 +172,11 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv = httptest.NewServer(p)
+	var h http.Handler = p
+	if s.handler != nil {
+		h = s.handler(p)
+	}
+	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
 	return e
 }

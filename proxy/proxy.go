@@ -81,11 +81,19 @@ type Options struct {
 	// path, so clients of a proxy in front of https://api.openai.com use
 	// base URL http://proxy/v1.
 	Upstream *url.URL
+	// AnthropicUpstream, when set, is where requests in Anthropic's
+	// dialect go: the Messages API, and any request with an
+	// anthropic-version header (such as /v1/messages/count_tokens). Nil:
+	// Upstream. Anthropic's clients append /v1/messages to their base URL,
+	// so they use base URL http://proxy.
+	AnthropicUpstream *url.URL
 	// Transport makes the upstream calls. Default: a clone of
 	// http.DefaultTransport whose ResponseHeaderTimeout is 10 minutes.
 	Transport http.RoundTripper
-	// UpstreamAPIKey, when set, replaces the client's Authorization with
-	// "Bearer UpstreamAPIKey": clients then hold keys of the proxy's own
+	// UpstreamAPIKey, when set, replaces the client's key: its
+	// Authorization becomes "Bearer UpstreamAPIKey", or, for a request in
+	// Anthropic's dialect, its x-api-key becomes UpstreamAPIKey (and its
+	// Authorization is dropped). Clients then hold keys of the proxy's own
 	// configuration, and only the proxy holds the upstream's key.
 	UpstreamAPIKey string
 	// UnknownKeys says what to do with keys missing from api_keys.
@@ -178,6 +186,9 @@ func New(svc *service.Service, opts Options) (*Proxy, error) {
 	if opts.Upstream == nil || (opts.Upstream.Scheme != "http" && opts.Upstream.Scheme != "https") || opts.Upstream.Host == "" {
 		return nil, fmt.Errorf("proxy: the upstream must be an http or https URL, got %v", opts.Upstream)
 	}
+	if u := opts.AnthropicUpstream; u != nil && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return nil, fmt.Errorf("proxy: the Anthropic upstream must be an http or https URL, got %v", u)
+	}
 	if opts.UnknownKeys > DefaultPlanForUnknownKeys {
 		return nil, fmt.Errorf("proxy: unknown UnknownKeys policy %d", opts.UnknownKeys)
 	}
@@ -243,6 +254,7 @@ type call struct {
 	req      service.Request
 	decision service.Decision
 	hold     *service.Hold
+	dialect  dialect
 	body     []byte // the body to forward; nil for a passthrough
 	injected bool   // stream_options.include_usage was added for the proxy
 	once     sync.Once
@@ -258,9 +270,9 @@ func callOf(ctx context.Context) *call {
 // ServeHTTP identifies the caller, estimates and reserves the request's
 // cost, and forwards it if every limit admits it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{id: httpx.NewID(), kind: KindOf(r.Method, r.URL.Path)}
+	c := &call{id: httpx.NewID(), kind: KindOf(r.Method, r.URL.Path), dialect: dialectOf(r)}
 	w.Header().Set("X-Tokenlimit-Request-Id", c.id)
-	key, ok := p.identify(w, r)
+	key, ok := p.identify(w, r, c.dialect)
 	if !ok {
 		return
 	}
@@ -277,12 +289,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
 }
 
+// apiKeyOf returns the api key of r: its Authorization bearer token, else
+// its x-api-key (Anthropic's clients send one or the other); "" if none.
+func apiKeyOf(r *http.Request) string {
+	if key := peer.Bearer(r.Header.Get("Authorization")); key != "" {
+		return key
+	}
+	return r.Header.Get("X-Api-Key")
+}
+
 // identify returns the request's api_key descriptor: its key if the
 // configuration knows it, else UnknownKey under DefaultPlanForUnknownKeys
 // (never the unknown key itself); otherwise it answers 401 and returns
 // false.
-func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) {
-	key := peer.Bearer(r.Header.Get("Authorization"))
+func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, d dialect) (string, bool) {
+	key := apiKeyOf(r)
 	hasKey := key != ""
 	if hasKey && p.svc.KnownAPIKey(key) {
 		return key, true
@@ -298,7 +319,10 @@ func (p *Proxy) identify(w http.ResponseWriter, r *http.Request) (string, bool) 
 		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", redact.Hint(key))
 	}
 	p.log.Info("unknown api key", "key", redact.Hint(key), "path", r.URL.Path)
-	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", msg)
+	if d == anthropic && !hasKey {
+		msg = "x-api-key header is required (or Authorization: Bearer YOUR_KEY)."
+	}
+	writeError(w, d, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", msg)
 	return "", false
 }
 
@@ -309,31 +333,31 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+		writeError(w, c.dialect, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 			fmt.Sprintf("The request body is larger than this proxy accepts (%d bytes).", p.opts.MaxBodyBytes))
 		return false
 	case err != nil:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "The request body could not be read: "+err.Error())
+		writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", "The request body could not be read: "+err.Error())
 		return false
 	}
 	c.est, err = p.tok.estimate(c.kind, body, p.opts.DefaultMaxTokens)
 	var bad *errBadBody
 	switch {
 	case errors.As(err, &bad) && bad.param != "":
-		writeParamError(w, http.StatusBadRequest, "invalid_request_error", "integer_above_max_value", bad.param, bad.reason)
+		writeParamError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "integer_above_max_value", bad.param, bad.reason)
 		return false
 	case errors.As(err, &bad):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+bad.reason)
+		writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+bad.reason)
 		return false
 	case err != nil:
 		p.log.Error("tokenizer failed", "error", err)
-		writeError(w, http.StatusInternalServerError, "server_error", "tokenizer_failed", "The proxy could not count the request's tokens.")
+		writeError(w, c.dialect, http.StatusInternalServerError, "server_error", "tokenizer_failed", "The proxy could not count the request's tokens.")
 		return false
 	}
 	c.body = body
 	if c.est.Stream && !c.est.IncludeUsage && (c.kind == Chat || c.kind == Completions) {
 		if c.body, err = withIncludeUsage(body); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+err.Error())
+			writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", "We could not parse the JSON body of your request: "+err.Error())
 			return false
 		}
 		c.injected = true
@@ -357,16 +381,16 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 	d, hold, err := p.svc.ReserveHold(context.WithoutCancel(r.Context()), c.req, opts)
 	switch {
 	case errors.Is(err, service.ErrInvalidRequest):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return false
 	case err != nil:
 		p.log.Error("reserve failed", "error", err, "request_id", c.id)
-		writeError(w, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
+		writeError(w, c.dialect, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
 		return false
 	case d.Unavailable:
 		p.log.Warn("rate limiting unavailable", "request_id", c.id, "key", redact.Hint(c.req.Descriptors["api_key"]))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
+		writeError(w, c.dialect, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
 			"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.")
 		return false
 	case !d.Allowed:
@@ -406,8 +430,18 @@ func (p *Proxy) clientIP(r *http.Request) string {
 // proxy read (and perhaps rewrote).
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	c := callOf(pr.In.Context())
-	pr.SetURL(p.opts.Upstream)
-	if p.opts.UpstreamAPIKey != "" {
+	d := dialectOf(pr.In)
+	if d == anthropic && p.opts.AnthropicUpstream != nil {
+		pr.SetURL(p.opts.AnthropicUpstream)
+	} else {
+		pr.SetURL(p.opts.Upstream)
+	}
+	switch {
+	case p.opts.UpstreamAPIKey == "":
+	case d == anthropic:
+		pr.Out.Header.Del("Authorization")
+		pr.Out.Header.Set("X-Api-Key", p.opts.UpstreamAPIKey)
+	default:
 		pr.Out.Header.Set("Authorization", "Bearer "+p.opts.UpstreamAPIKey)
 	}
 	if c == nil || c.body == nil {

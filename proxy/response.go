@@ -12,29 +12,59 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/tokenlimit/tokenlimit"
 )
 
 // usage is the usage an upstream reports: prompt/completion/total tokens
 // for chat, completions and embeddings; input/output tokens for the
-// Responses API.
+// Responses API; input/output tokens and the prompt cache's for Anthropic's
+// Messages API.
 type usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
 	InputTokens      int64 `json:"input_tokens"`
 	OutputTokens     int64 `json:"output_tokens"`
+	// Anthropic's input tokens written to and read from its prompt cache,
+	// not included in InputTokens.
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
-// total is what the call consumed: input_tokens + output_tokens when the
-// Responses API reports them, else total_tokens, else prompt + completion.
+// input returns the input tokens: Anthropic's cache creation and cache
+// reads count as input.
+func (u usage) input() int64 {
+	return addSat(addSat(u.InputTokens, u.CacheCreationInputTokens), u.CacheReadInputTokens)
+}
+
+// total is what the call consumed: the input and output tokens when the
+// Responses or Messages API reports them, else total_tokens, else prompt +
+// completion. It saturates at math.MaxInt64.
 func (u usage) total() int64 {
 	switch {
-	case u.InputTokens+u.OutputTokens > 0:
-		return u.InputTokens + u.OutputTokens
+	case addSat(u.input(), u.OutputTokens) > 0:
+		return addSat(u.input(), u.OutputTokens)
 	case u.TotalTokens > 0:
 		return u.TotalTokens
 	}
-	return u.PromptTokens + u.CompletionTokens
+	return addSat(u.PromptTokens, u.CompletionTokens)
+}
+
+// believable reports whether u can be settled: no field is negative and
+// the total is positive and at most tokenlimit.MaxCost. A usage that is not
+// is ignored, as if the upstream had reported none.
+func (u *usage) believable() bool {
+	if u == nil {
+		return false
+	}
+	for _, v := range []int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens,
+		u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+		if v < 0 {
+			return false
+		}
+	}
+	return u.total() > 0 && u.total() <= tokenlimit.MaxCost
 }
 
 // withIncludeUsage returns body with stream_options.include_usage set, its
@@ -80,7 +110,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// An upgraded connection (a websocket) is the client's from now
 		// on: its slot is released at once.
-		p.setRateHeaders(resp.Header, c.decision)
+		p.setRateHeaders(resp.Header, c, c.decision)
 		p.settle(c, 0, Released)
 	case resp.StatusCode >= http.StatusMultipleChoices && c.kind != Passthrough:
 		// An error, or a redirect the client may follow: this call ran
@@ -88,10 +118,10 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		p.settle(c, 0, Refunded)
 		p.setHeadersAfterSettle(resp.Header, c)
 	case c.kind == Passthrough:
-		p.setRateHeaders(resp.Header, c.decision)
+		p.setRateHeaders(resp.Header, c, c.decision)
 		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, 0, Released) }}
 	case isEventStream(resp.Header):
-		p.setRateHeaders(resp.Header, c.decision)
+		p.setRateHeaders(resp.Header, c, c.decision)
 		resp.Body = newEventStream(p, c, resp.Body)
 		resp.ContentLength = -1 // the proxy may drop a chunk
 		resp.Header.Del("Content-Length")
@@ -116,7 +146,7 @@ func (p *Proxy) settleWhole(resp *http.Response, c *call) error {
 	}
 	if int64(len(body)) > p.opts.MaxResponseBytes {
 		p.settle(c, c.est.Total(), AtEstimate)
-		p.setRateHeaders(resp.Header, c.decision)
+		p.setRateHeaders(resp.Header, c, c.decision)
 		resp.Body = &onClose{ReadCloser: resp.Body, reader: io.MultiReader(bytes.NewReader(body), resp.Body)}
 		return nil
 	}
@@ -153,13 +183,15 @@ type replyBody struct {
 		} `json:"content"`
 		Arguments string `json:"arguments"`
 	} `json:"output"`
+	// Anthropic's content blocks.
+	Content []block `json:"content"`
 }
 
 // actualOf returns the tokens a plain response consumed: its usage, or the
 // prompt plus the counted text of its reply.
 func (p *Proxy) actualOf(c *call, body []byte) (int64, Basis) {
 	var r replyBody
-	if json.Unmarshal(body, &r) == nil && r.Usage != nil && r.Usage.total() > 0 {
+	if json.Unmarshal(body, &r) == nil && r.Usage.believable() {
 		return r.Usage.total(), ByUsage
 	}
 	var text strings.Builder
@@ -174,6 +206,9 @@ func (p *Proxy) actualOf(c *call, body []byte) (int64, Basis) {
 		for _, part := range o.Content {
 			text.WriteString(part.Text)
 		}
+	}
+	for _, b := range r.Content {
+		text.WriteString(b.Text + b.Thinking + b.Name + string(b.Input))
 	}
 	return c.est.Prompt + p.count(c, text.String()), ByCount
 }
@@ -199,7 +234,7 @@ func (p *Proxy) setHeadersAfterSettle(h http.Header, c *call) {
 		p.log.Warn("inspect after settle failed; headers show the reservation", "request_id", c.id, "error", err)
 		d = c.decision
 	}
-	p.setRateHeaders(h, d)
+	p.setRateHeaders(h, c, d)
 }
 
 // upstreamFailed answers a call the upstream never answered (a refused
@@ -227,7 +262,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		p.setHeadersAfterSettle(w.Header(), c)
 	}
 	p.log.Warn("upstream failed; refunded", "request_id", id, "error", err)
-	writeError(w, status, "server_error", code, msg+" The request was not charged.")
+	writeError(w, dialectOf(r), status, "server_error", code, msg+" The request was not charged.")
 }
 
 // onClose is a response body that calls done once it is closed, reading

@@ -43,7 +43,8 @@ type eventStream struct {
 	pending   []string        // text of the event being handed out
 	forwarded strings.Builder // text the client has received, not yet counted
 	counted   int64           // tokens of the text counted so far
-	usage     *usage
+	usage     *usage          // the final usage, once the upstream sent it
+	started   *usage          // the usage of Anthropic's message_start
 	event     []byte
 }
 
@@ -129,6 +130,18 @@ type streamChunk struct {
 	Response *struct {
 		Usage *usage `json:"usage"`
 	} `json:"response"`
+	// Anthropic's message_start.
+	Message *struct {
+		Usage *usage `json:"usage"`
+	} `json:"message"`
+}
+
+// anthropicDelta is the delta of Anthropic's content_block_delta: text,
+// a tool call's input JSON, or thinking.
+type anthropicDelta struct {
+	Text        string `json:"text"`
+	PartialJSON string `json:"partial_json"`
+	Thinking    string `json:"thinking"`
 }
 
 // inspect reads one event: it records its usage and its text, and reports
@@ -140,6 +153,10 @@ func (s *eventStream) inspect(event []byte) bool {
 	}
 	var ch streamChunk
 	if json.Unmarshal(data, &ch) != nil {
+		return true
+	}
+	if s.c.kind == Messages {
+		s.inspectAnthropic(ch)
 		return true
 	}
 	if ch.Response != nil && ch.Response.Usage != nil {
@@ -165,6 +182,36 @@ func (s *eventStream) inspect(event []byte) bool {
 		}
 	}
 	return true
+}
+
+// inspectAnthropic reads an event of Anthropic's Messages stream:
+// message_start carries the input tokens (and the first output token),
+// content_block_delta the text, message_delta the output tokens so far
+// (and, from newer API versions, the input tokens again). The usage is
+// final once a message_delta came.
+func (s *eventStream) inspectAnthropic(ch streamChunk) {
+	switch ch.Type {
+	case "message_start":
+		if ch.Message != nil && ch.Message.Usage != nil {
+			s.started = ch.Message.Usage
+		}
+	case "content_block_delta":
+		var d anthropicDelta
+		if json.Unmarshal(ch.Delta, &d) == nil {
+			s.pending = append(s.pending, d.Text, d.PartialJSON, d.Thinking)
+		}
+	case "message_delta":
+		if ch.Usage == nil {
+			return
+		}
+		final := *ch.Usage
+		if s.started != nil && final.input() == 0 {
+			final.InputTokens = s.started.InputTokens
+			final.CacheCreationInputTokens = s.started.CacheCreationInputTokens
+			final.CacheReadInputTokens = s.started.CacheReadInputTokens
+		}
+		s.usage = &final
+	}
 }
 
 // eventData returns the data of a server-sent event: its data fields'
@@ -195,10 +242,14 @@ func eventData(event []byte) []byte {
 // Close closes the upstream body and settles the call.
 func (s *eventStream) Close() error {
 	err := s.up.Close()
-	if s.usage != nil && s.usage.total() > 0 {
+	if s.usage.believable() {
 		s.p.settle(s.c, s.usage.total(), ByUsage)
-	} else {
-		s.p.settle(s.c, s.c.est.Prompt+s.counted+s.p.count(s.c, s.forwarded.String()), ByCount)
+		return err
 	}
+	prompt := s.c.est.Prompt
+	if s.started.believable() && s.started.input() > 0 {
+		prompt = s.started.input() // Anthropic's, reported when the stream began
+	}
+	s.p.settle(s.c, addSat(prompt, s.counted+s.p.count(s.c, s.forwarded.String())), ByCount)
 	return err
 }

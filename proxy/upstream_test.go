@@ -31,12 +31,19 @@ type behaviour struct {
 	// NoUsage leaves usage out of every answer, as some OpenAI-compatible
 	// servers do.
 	NoUsage bool
+	// CacheWrite and CacheRead are the Messages API's prompt cache tokens,
+	// reported beside Prompt (its input_tokens).
+	CacheWrite, CacheRead int64
+	// RawUsage, if set, replaces the usage object of every answer.
+	RawUsage string
+	// Inject is written as it is after a Messages stream's first word.
+	Inject string
 }
 
 // upstreamCall is one request the fake upstream received.
 type upstreamCall struct {
-	Path, Authorization, AcceptEncoding string
-	Body                                map[string]any
+	Path, Authorization, APIKey, AcceptEncoding string
+	Body                                        map[string]any
 }
 
 // fakeUpstream is an OpenAI-compatible API: chat completions (streamed or
@@ -73,7 +80,7 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(data, &req)
 	f.mu.Lock()
 	b := f.b
-	f.calls = append(f.calls, upstreamCall{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"),
+	f.calls = append(f.calls, upstreamCall{Path: r.URL.Path, Authorization: r.Header.Get("Authorization"), APIKey: r.Header.Get("X-Api-Key"),
 		AcceptEncoding: r.Header.Get("Accept-Encoding"), Body: req})
 	f.mu.Unlock()
 
@@ -106,6 +113,11 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.streamResponse(w, r, b, model)
 	case strings.HasSuffix(r.URL.Path, "/responses"):
 		writeJSON(w, b.response(model, "completed"))
+	case r.URL.Path == "/v1/messages" && stream:
+		f.streamMessage(w, r, b, model)
+	case r.URL.Path == "/v1/messages":
+		writeJSON(w, fmt.Sprintf(`{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":%q}],`+
+			`"stop_reason":"end_turn","stop_sequence":null,"usage":%s}`, model, strings.Join(b.Words, ""), b.messageUsage(b.Completion)))
 	default:
 		http.NotFound(w, r)
 	}
@@ -210,4 +222,54 @@ func (f *fakeUpstream) streamResponse(w http.ResponseWriter, r *http.Request, b 
 		}
 	}
 	send("response.completed", `"response":`+b.response(model, "completed"))
+}
+
+// messageUsage is the Messages API's usage object with output tokens.
+func (b behaviour) messageUsage(output int64) string {
+	if b.RawUsage != "" {
+		return b.RawUsage
+	}
+	return fmt.Sprintf(`{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":%d}`,
+		b.Prompt, b.CacheWrite, b.CacheRead, output)
+}
+
+// streamMessage streams a Messages API call as Anthropic does:
+// message_start with the input tokens (and 1 output token), a text block
+// with one content_block_delta per word, a ping, message_delta with the
+// output tokens, message_stop.
+func (f *fakeUpstream) streamMessage(w http.ResponseWriter, r *http.Request, b behaviour, model string) {
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	flusher := w.(http.Flusher)
+	send := func(typ, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: {\"type\":%q%s}\n\n", typ, typ, data)
+		flusher.Flush()
+	}
+	start := b.messageUsage(1)
+	if b.NoUsage {
+		start = `{"input_tokens":0,"output_tokens":0}`
+	}
+	send("message_start", fmt.Sprintf(`,"message":{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":%s}`, model, start))
+	send("content_block_start", `,"index":0,"content_block":{"type":"text","text":""}`)
+	send("ping", "")
+	for i, word := range b.Words {
+		send("content_block_delta", fmt.Sprintf(`,"index":0,"delta":{"type":"text_delta","text":%q}`, word))
+		if i == 0 && b.Inject != "" {
+			io.WriteString(w, b.Inject)
+		}
+		if b.CutAfter == i+1 {
+			panic(http.ErrAbortHandler)
+		}
+		if !b.hold(r, i+1) {
+			return
+		}
+	}
+	send("content_block_stop", `,"index":0`)
+	final := fmt.Sprintf(`{"output_tokens":%d}`, b.Completion)
+	if b.RawUsage != "" {
+		final = b.RawUsage
+	}
+	if !b.NoUsage {
+		send("message_delta", `,"delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":`+final)
+	}
+	send("message_stop", "")
 }

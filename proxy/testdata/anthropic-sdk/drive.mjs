@@ -1,0 +1,55 @@
+// Drives the official Anthropic SDK against the proxy for
+// proxy/anthropic_sdk_test.go: `node drive.mjs SCENARIO` with BASE_URL and
+// API_KEY set prints one JSON object, what the SDK returned or raised.
+import Anthropic from '@anthropic-ai/sdk';
+
+const params = {
+  model: 'claude-sonnet-4-5',
+  max_tokens: 100,
+  system: 'Be brief.',
+  messages: [{ role: 'user', content: 'Say hello' }],
+};
+
+const scenario = process.argv[2];
+const client = new Anthropic({
+  baseURL: process.env.BASE_URL,
+  apiKey: process.env.API_KEY,
+  maxRetries: Number(process.env.MAX_RETRIES ?? '0'),
+});
+
+async function run() {
+  switch (scenario) {
+    case 'plain': {
+      const m = await client.messages.create(params);
+      return { text: m.content.map((b) => b.text).join(''), usage: m.usage };
+    }
+    case 'stream': {
+      const stream = client.messages.stream(params);
+      let text = '';
+      stream.on('text', (t) => { text += t; });
+      const m = await stream.finalMessage();
+      return { text, usage: m.usage };
+    }
+    case 'error': {
+      try {
+        await client.messages.create(params);
+        return { error: 'none' };
+      } catch (err) {
+        return {
+          class: err.constructor.name,
+          rateLimit: err instanceof Anthropic.RateLimitError,
+          status: err.status,
+          type: err.error?.error?.type,
+          message: err.error?.error?.message,
+          retryAfter: err.headers?.get('retry-after') ?? null,
+        };
+      }
+    }
+  }
+  throw new Error(`unknown scenario ${scenario}`);
+}
+
+run().then(
+  (out) => { process.stdout.write(JSON.stringify(out) + '\n'); },
+  (err) => { process.stderr.write(String(err?.stack ?? err) + '\n'); process.exit(1); },
+);
