@@ -31,6 +31,10 @@ func TestKindOf(t *testing.T) {
 		{"GET", "/v1/responses/resp_1", Passthrough},
 		{"POST", "/v1/audio/transcriptions", Passthrough},
 		{"GET", "/v1/models", Passthrough},
+		{"POST", "/v1/messages", Messages},
+		{"POST", "/v1/messages/", Messages},
+		{"POST", "/v1/messages/count_tokens", Passthrough},
+		{"POST", "/v1/threads/thread_1/messages", Passthrough},
 	} {
 		if got := KindOf(tt.method, tt.path); got != tt.want {
 			t.Errorf("KindOf(%s %s) = %s, want %s", tt.method, tt.path, got, tt.want)
@@ -114,6 +118,12 @@ func TestEstimate(t *testing.T) {
 		{"legacy completions default 16", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":["hello world","tokens"]}`, 3, 16, false},
 		{"legacy completions token ids", Completions, `{"model":"gpt-3.5-turbo-instruct","prompt":[1,2,3,4],"max_tokens":5}`, 4, 5, true},
 		{"embeddings token arrays", Embeddings, `{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, 3, 0, false},
+		{"messages blocks and tools", Messages, `{"model":"claude-x","max_tokens":7,"system":[{"type":"text","text":"Be brief."}],"messages":[` +
+			`{"role":"user","content":[{"type":"text","text":"Say hello"},{"type":"image","source":{}}]},` +
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"get","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"42"}]}]}],` +
+			`"tools":[{"name":"get","description":"Get it.","input_schema":{}}]}`,
+			3 + 3*3 + 3 /* Be brief. */ + (1 + 2) + (1 + 1 + 1) /* assistant get {} */ + (1 + 1) + (1 + 3 + 1) /* get Get it. {} */, 7, true},
 		{"responses items", Responses, `{"model":"gpt-4o","input":[{"role":"user","content":"Say hello"},{"type":"function_call_output","call_id":"c","output":"42"}],"max_output_tokens":7}`, 3 + (3 + 1 + 2) + (3 + 1), 7, true},
 	} {
 		e, err := testTokens.estimate(tt.kind, []byte(tt.body), 1000)
