@@ -35,7 +35,7 @@ type anthropicTool struct {
 // message framed as a chat message is (3 tokens, its role, its blocks), the
 // tools' names, descriptions and input schemas; the reply is max_tokens,
 // which the API requires (the proxy's default if it is missing).
-func (t *Tokenizer) estimateMessages(e Estimate, b callBody, defaultMax int64) (Estimate, error) {
+func (t counter) estimateMessages(e Estimate, b callBody, defaultMax int64) (Estimate, error) {
 	system, err := blockTexts(b.System, 0)
 	if err != nil {
 		return Estimate{}, &errBadBody{reason: "system: " + err.Error()}
