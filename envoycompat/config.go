@@ -75,8 +75,8 @@ type RateLimit struct {
 	Replaces []string
 	// ShadowMode limits count and report but answer OK.
 	ShadowMode bool
-	// QuotaMode limits deny a request only when every quota-mode
-	// descriptor of the request is over its limit.
+	// QuotaMode limits are reported OK when over the limit (with no
+	// time until reset) and never make a request over the limit.
 	QuotaMode bool
 	// DetailedMetric only changes envoyproxy/ratelimit's statistics names.
 	DetailedMetric bool
@@ -103,8 +103,8 @@ type node struct {
 }
 
 type wildcard struct {
-	key   string   // the child's "key_value" with its '*'
-	parts []string // key split on '*'
+	key    string // the child's "key_value", ending in '*'
+	prefix string // key without its '*'
 }
 
 // Config is a loaded envoyproxy/ratelimit configuration: every domain's
@@ -319,7 +319,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, prefix string
 	}
 }
 
-const descriptorFields = "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold, metadata"
+const descriptorFields = "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold"
 
 func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 	if d.Kind != yaml.MappingNode {
@@ -351,10 +351,6 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 			share = p.boolean(v, f)
 		case "value_to_metric":
 			p.boolean(v, f) // statistics names only
-		case "metadata":
-			if v.Kind != yaml.MappingNode && v.Tag != "!!null" {
-				p.errorf(v, f, "want a mapping")
-			}
 		default:
 			p.unknown(k, field, descriptorFields)
 		}
@@ -374,8 +370,8 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 	}
 	n := &node{key: key, value: value, children: map[string]*node{}}
 	if share {
-		if !strings.Contains(final, "*") {
-			p.errorf(d, field+".share_threshold", "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", final)
+		if !strings.HasSuffix(final, "*") {
+			p.errorf(d, field+".share_threshold", "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
 		}
 		n.shareThreshold, n.pattern = true, final
 	}
@@ -385,8 +381,8 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 			n.limit.ShadowMode, n.limit.QuotaMode, n.limit.DetailedMetric = shadow, quota, detailed
 		}
 	}
-	if strings.Contains(final, "*") {
-		parent.wildcards = append(parent.wildcards, wildcard{key: final, parts: strings.Split(final, "*")})
+	if prefix, ok := strings.CutSuffix(final, "*"); ok {
+		parent.wildcards = append(parent.wildcards, wildcard{key: final, prefix: prefix})
 	}
 	parent.children[final] = n
 	parent.order = append(parent.order, final)

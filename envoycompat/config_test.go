@@ -27,10 +27,11 @@ func TestConfigErrors(t *testing.T) {
 		{"nested duplicate", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - {key: b}\n      - {key: b}\n", `descriptors[0].descriptors[1]: duplicate descriptor composite key 'd.a.b'`},
 		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n", `descriptors[0].rate_limit.replaces[0].name: should not have an empty replaces entry`},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", `descriptors[0].rate_limit.replaces: replaces should not contain name of same descriptor`},
-		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", `descriptors[0].share_threshold: share_threshold can only be used with wildcard values`},
+		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n", `descriptors[0].share_threshold: share_threshold can only be used with wildcard values (ending with '*')`},
 		{"bad bool", "domain: d\ndescriptors:\n  - {key: k, shadow_mode: maybe}\n", `f0.yaml:3: descriptors[0].shadow_mode: want true or false, got "maybe"`},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", `f0.yaml:2: descriptors: want a list of descriptors`},
 		{"yaml syntax", "domain: d\ndescriptors:\n  - key: [\n", `f0.yaml: yaml:`},
+		{"metadata is not a field", "domain: d\ndescriptors:\n  - {key: k, metadata: {a: b}}\n", `descriptors[0].metadata: unknown field`},
 		{"native file", "limits:\n  - name: a\n", `f0.yaml:1: limits: this is a tokenlimit configuration file, not an envoyproxy/ratelimit one`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -61,15 +61,17 @@ type Response struct {
 // Status is one descriptor's answer.
 type Status struct {
 	Code Code
-	// CurrentLimit is the limit that applied, nil when none did (then
-	// DurationUntilReset is meaningless).
+	// CurrentLimit is the limit that applied, nil when none did.
 	CurrentLimit *CurrentLimit
 	// LimitRemaining is what the window still admits: 0 when over the
 	// limit, math.MaxUint32 for an unlimited descriptor.
 	LimitRemaining uint32
 	// DurationUntilReset is the time until the window ends, in whole
-	// seconds.
+	// seconds, when HasReset.
 	DurationUntilReset time.Duration
+	// HasReset is true when a limit applied, except to a quota-mode
+	// descriptor over its limit (envoyproxy/ratelimit leaves it out).
+	HasReset bool
 }
 
 // CurrentLimit describes the limit that applied to a descriptor.
@@ -120,8 +122,20 @@ type Engine struct {
 	opts  Options
 }
 
-// ErrInvalidRequest marks a request envoyproxy/ratelimit refuses.
+// ErrInvalidRequest marks a request the engine refuses; the error's
+// message is envoyproxy/ratelimit's where it refuses the same request.
 var ErrInvalidRequest = errors.New("invalid request")
+
+// invalidError is an invalid request: its message alone, and Is
+// ErrInvalidRequest.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidRequest }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
 
 // counterQuota is the quota of the fixed windows that hold the counters:
 // the largest there is, so that a store never refuses a hit and the count
@@ -166,9 +180,9 @@ type applied struct {
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
 	switch {
 	case req.Domain == "":
-		return Response{}, fmt.Errorf("rate limit domain must not be empty: %w", ErrInvalidRequest)
+		return Response{}, invalid("rate limit domain must not be empty")
 	case len(req.Descriptors) == 0:
-		return Response{}, fmt.Errorf("rate limit descriptor list must not be empty: %w", ErrInvalidRequest)
+		return Response{}, invalid("rate limit descriptor list must not be empty")
 	}
 	ds, err := e.limits(req)
 	if err != nil {
@@ -191,7 +205,7 @@ func (e *Engine) limits(req Request) ([]applied, error) {
 		var shared map[int]string
 		if o := d.Limit; o != nil {
 			if o.Unit.Seconds() == 0 {
-				return nil, fmt.Errorf("descriptors[%d].limit.unit: %v is not a unit: %w", i, o.Unit, ErrInvalidRequest)
+				return nil, invalid("descriptors[%d].limit.unit: %v is not a unit", i, o.Unit)
 			}
 			ds[i].limit = &RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit}
 		} else {
@@ -202,7 +216,7 @@ func (e *Engine) limits(req Request) ([]applied, error) {
 			ds[i].hits = *d.HitsAddend
 		}
 		if ds[i].hits > tokenlimit.MaxCost {
-			return nil, fmt.Errorf("descriptors[%d].hits_addend: at most %d, got %d: %w", i, int64(tokenlimit.MaxCost), ds[i].hits, ErrInvalidRequest)
+			return nil, invalid("descriptors[%d].hits_addend: at most %d, got %d", i, int64(tokenlimit.MaxCost), ds[i].hits)
 		}
 		l := ds[i].limit
 		if l == nil {
@@ -217,7 +231,7 @@ func (e *Engine) limits(req Request) ([]applied, error) {
 		}
 		ds[i].key = e.key(req.Domain, d.Entries, shared, l.Unit)
 		if len(ds[i].key) > tokenlimit.MaxKeyLength {
-			return nil, fmt.Errorf("descriptors[%d]: the budget's key would be %d bytes, at most %d: %w", i, len(ds[i].key), tokenlimit.MaxKeyLength, ErrInvalidRequest)
+			return nil, invalid("descriptors[%d]: the budget's key would be %d bytes, at most %d", i, len(ds[i].key), tokenlimit.MaxKeyLength)
 		}
 	}
 	for i := range ds {
@@ -275,7 +289,7 @@ func (e *Engine) count(ctx context.Context, ds []applied) ([]counted, error) {
 			items = append(items, tokenlimit.Item{Key: ds[i].key, Limit: tokenlimit.FixedWindowLimit(counterQuota, period)})
 		}
 		if items[j].Cost+int64(ds[i].hits) > tokenlimit.MaxCost {
-			return nil, fmt.Errorf("descriptors[%d].hits_addend: the hits on one budget add up to more than %d: %w", i, int64(tokenlimit.MaxCost), ErrInvalidRequest)
+			return nil, invalid("descriptors[%d].hits_addend: the hits on one budget add up to more than %d", i, int64(tokenlimit.MaxCost))
 		}
 		items[j].Cost += int64(ds[i].hits)
 		ds[i].item = j
@@ -311,41 +325,31 @@ func (e *Engine) count(ctx context.Context, ds []applied) ([]counted, error) {
 
 // respond builds the answer from the counters, as envoyproxy/ratelimit
 // does: a descriptor is over its limit when its counter passed
-// requests_per_unit; the request is over the limit when a descriptor not in
-// quota mode is, or when every quota-mode descriptor is.
+// requests_per_unit, and the request is over the limit when a descriptor
+// is. A quota-mode descriptor over its limit is reported OK (with its
+// limit, no time until reset) and does not make the request over.
 func (e *Engine) respond(ds []applied, counts []counted) Response {
 	resp := Response{OverallCode: OK, Statuses: make([]Status, len(ds))}
 	minRemaining := uint32(math.MaxUint32)
-	var closest *Status
-	failed, quota, quotaFailed := 0, 0, 0
+	closest := -1
 	for i := range ds {
 		st := status(ds[i].limit, counts[i])
-		if e.opts.Headers != nil && st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
-			closest, minRemaining = &resp.Statuses[i], st.LimitRemaining
+		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
+			closest, minRemaining = i, st.LimitRemaining
 		}
-		if ds[i].unlimited {
-			resp.Statuses[i] = Status{Code: OK, LimitRemaining: math.MaxUint32}
-			continue
+		switch quota := e.opts.GlobalQuotaMode || (ds[i].limit != nil && ds[i].limit.QuotaMode); {
+		case ds[i].unlimited:
+			st = Status{Code: OK, LimitRemaining: math.MaxUint32}
+		case st.Code == OverLimit && quota:
+			st = Status{Code: OK, CurrentLimit: st.CurrentLimit, LimitRemaining: st.LimitRemaining}
+		case st.Code == OverLimit:
+			resp.OverallCode = OverLimit
+			closest, minRemaining = i, 0
 		}
 		resp.Statuses[i] = st
-		inQuota := e.opts.GlobalQuotaMode || (ds[i].limit != nil && ds[i].limit.QuotaMode)
-		if inQuota {
-			quota++
-		}
-		if st.Code == OverLimit {
-			if inQuota {
-				quotaFailed++
-			} else {
-				failed++
-				closest, minRemaining = &resp.Statuses[i], 0
-			}
-		}
 	}
-	if failed > 0 || (quota > 0 && quota == quotaFailed) {
-		resp.OverallCode = OverLimit
-	}
-	if closest != nil && e.opts.Headers != nil {
-		resp.Headers = e.headers(*closest)
+	if closest >= 0 && e.opts.Headers != nil {
+		resp.Headers = e.headers(resp.Statuses[closest])
 	}
 	if resp.OverallCode == OverLimit && e.opts.GlobalShadowMode {
 		resp.OverallCode = OK
@@ -361,6 +365,7 @@ func status(l *RateLimit, c counted) Status {
 		Code:               OK,
 		CurrentLimit:       &CurrentLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name},
 		DurationUntilReset: untilReset(l.Unit, c.at),
+		HasReset:           true,
 	}
 	if limit := uint64(l.RequestsPerUnit); c.after > limit {
 		st.Code = OverLimit

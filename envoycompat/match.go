@@ -10,7 +10,8 @@ type Entry struct {
 // match finds the rate limit of one request descriptor in domain, with
 // envoyproxy/ratelimit's rule: walk the tree one entry at a time, at each
 // level preferring the child "key_value", then the first wildcard child (in
-// file order) whose pattern matches "key_value", then the key-only child
+// file order) whose pattern, up to its trailing '*', is a prefix of
+// "key_value" (a '*' elsewhere is an ordinary character), then the key-only child
 // "key"; the limit applies only if it sits at exactly the descriptor's
 // depth. It returns nil when no limit applies. shared holds, for entries
 // matched by a share_threshold wildcard, the pattern that replaces their
@@ -26,7 +27,7 @@ func (c *Config) match(domain string, entries []Entry) (limit *RateLimit, shared
 		wild := ""
 		if next == nil {
 			for _, w := range level.wildcards {
-				if globMatch(w.parts, final) {
+				if strings.HasPrefix(final, w.prefix) {
 					next, wild = level.children[w.key], w.key
 					break
 				}
@@ -56,25 +57,4 @@ func (c *Config) match(domain string, entries []Entry) (limit *RateLimit, shared
 		shared = nil
 	}
 	return limit, shared
-}
-
-// globMatch reports whether s matches the pattern split on '*' into parts:
-// each '*' stands for any run of characters, possibly empty.
-func globMatch(parts []string, s string) bool {
-	if len(parts) == 1 {
-		return parts[0] == s
-	}
-	first, last := parts[0], parts[len(parts)-1]
-	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
-		return false
-	}
-	rest := s[len(first) : len(s)-len(last)]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(rest, p)
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+len(p):]
-	}
-	return true
 }

@@ -125,23 +125,19 @@ func (m *migrator) limit(domain string, n *node, steps []step, path string) {
 	nl := nativeLimit{Match: map[string]string{"domain": domain}, Algorithm: "fixed_window", Shadow: l.ShadowMode,
 		Limit: fmt.Sprintf("%d/%s", l.RequestsPerUnit, nativePeriod[l.Unit])}
 	for _, s := range steps {
-		if strings.Contains(s.key, "*") {
-			m.note(path, "a wildcard in a key (%q): compatibility mode only", s.key)
+		switch wild := strings.HasSuffix(s.value, "*"); {
+		case s.value == "" && strings.HasSuffix(s.key, "*"):
+			m.note(path, "a key-only descriptor whose key ends in '*' (%q) matches other keys: compatibility mode only", s.key)
 			return
-		}
-		switch star := strings.Index(s.value, "*"); {
 		case s.value == "":
 			nl.Key = append(nl.Key, s.key)
-		case star < 0:
-			nl.Match[s.key] = s.value
-		case star != len(s.value)-1:
-			m.note(path, "a wildcard inside a value (%q): compatibility mode only (native patterns end in *)", s.value)
-			return
-		case s.shared:
+		case wild && s.shared:
 			nl.Match[s.key] = s.value // one budget for every matching value
-		default:
+		case wild:
 			nl.Match[s.key] = s.value
 			nl.Key = append(nl.Key, s.key)
+		default: // a '*' before the end is an ordinary character, natively too
+			nl.Match[s.key] = s.value
 		}
 	}
 	if len(l.Replaces) > 0 {

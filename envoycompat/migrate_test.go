@@ -24,6 +24,8 @@ descriptors:
   - key: path
     value: "/a*b"
     rate_limit: {unit: second, requests_per_unit: 5}
+  - key: "pre*"
+    rate_limit: {unit: second, requests_per_unit: 5}
   - key: vip
     rate_limit: {unlimited: true}
   - key: tenant
@@ -48,16 +50,16 @@ descriptors:
 		"per-user fixed_window 60/1m0s key=user",
 		"api.user_alice fixed_window 1000/1h0m0s key=",
 	}
-	if len(native.Limits) != 4 || got[0] != want[0] || !strings.HasPrefix(got[1], "api.user_alice fixed_window") {
+	if len(native.Limits) != 5 || got[0] != want[0] || !strings.HasPrefix(got[1], "api.user_alice fixed_window") {
 		t.Errorf("limits:\n%s", strings.Join(got, "\n"))
 	}
-	if !native.Limits[1].Shadow || native.Limits[1].Match["user"] != "alice" || native.Limits[2].Match["path"] != "/v1/*" || native.Limits[3].Match["plan"] != "free" {
+	if !native.Limits[1].Shadow || native.Limits[1].Match["user"] != "alice" || native.Limits[2].Match["path"] != "/v1/*" || native.Limits[3].Match["path"] != "/a*b" || native.Limits[4].Match["plan"] != "free" {
 		t.Errorf("limits: %+v", native.Limits)
 	}
 	notes := strings.Join(m.CompatOnly, "\n")
 	for _, want := range []string{
-		`api.path_/a*b: a wildcard inside a value ("/a*b")`,
 		"api.vip: unlimited",
+		`api.pre*: a key-only descriptor whose key ends in '*'`,
 		"api.tenant.plan_free: replaces Per User",
 		"api.user_alice: natively applies together with per-user",
 	} {

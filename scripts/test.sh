@@ -52,6 +52,16 @@ if [ ! -f "$sdk/node_modules/@anthropic-ai/sdk/package.json" ]; then
 fi
 echo "==> node $(node --version), @anthropic-ai/sdk $(node -p "require('./$sdk/node_modules/@anthropic-ai/sdk/package.json').version")"
 
+# envoyproxy/ratelimit, pinned: envoycompat's differential test runs it beside
+# tokenlimit serve --envoy-env and requires the same answers.
+ENVOY_RATELIMIT_MODULE=github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+gobin="$(go env GOBIN)"; gobin="${gobin:-$(go env GOPATH)/bin}"
+if [ ! -x "$gobin/service_cmd" ]; then
+	echo "==> envoyproxy/ratelimit missing: go install $ENVOY_RATELIMIT_MODULE"
+	go install "$ENVOY_RATELIMIT_MODULE"
+fi
+echo "==> envoyproxy/ratelimit: $gobin/service_cmd"
+
 echo "==> go vet ./..."
 go vet ./...
 

@@ -86,6 +86,8 @@ func compatResponse(r envoycompat.Response) *rlspb.RateLimitResponse {
 		ps := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_Code(st.Code), LimitRemaining: st.LimitRemaining}
 		if l := st.CurrentLimit; l != nil {
 			ps.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlspb.RateLimitResponse_RateLimit_Unit(l.Unit)}
+		}
+		if st.HasReset {
 			ps.DurationUntilReset = durationpb.New(st.DurationUntilReset)
 		}
 		out.Statuses[i] = ps

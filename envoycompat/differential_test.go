@@ -1,0 +1,414 @@
+package envoycompat_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenlimit/tokenlimit/cli"
+	"github.com/tokenlimit/tokenlimit/envoycompat"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+)
+
+// envoyRatelimitModule is the envoyproxy/ratelimit build the differential
+// test compares against; scripts/test.sh installs it.
+const envoyRatelimitModule = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
+
+// envoyBinary finds envoyproxy/ratelimit's service_cmd: $ENVOY_RATELIMIT,
+// on PATH, or in Go's bin directory. Missing, the test is skipped loudly,
+// or fails when CI is true.
+func envoyBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("ENVOY_RATELIMIT"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("service_cmd"); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		dirs := []string{lines[0]}
+		if len(lines) > 1 {
+			dirs = append(dirs, filepath.Join(lines[1], "bin"))
+		}
+		for _, d := range dirs {
+			if p := filepath.Join(d, "service_cmd"); d != "" && fileExists(p) {
+				return p
+			}
+		}
+	}
+	msg := "envoyproxy/ratelimit's service_cmd not found: go install " + envoyRatelimitModule + " (scripts/test.sh does)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("SKIPPED, " + msg)
+	return ""
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// freePort returns a port nothing listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// diffCase is one engine case renamed into its own domains.
+type diffCase struct {
+	name  string
+	files []string
+	reqs  []envoycompat.Request
+}
+
+var domainLine = regexp.MustCompile(`(?m)^domain: (\S+)`)
+
+// diffCases are the engine cases whose behaviour needs no global setting
+// beyond those given, each in domains of its own, plus a random sequence.
+func diffCases() []diffCase {
+	var out []diffCase
+	for i, c := range engineCases {
+		if c.opts.GlobalShadowMode || c.opts.GlobalQuotaMode || c.opts.Headers != nil || c.opts.KeyPrefix != "" {
+			continue // global settings: see TestDifferentialSettings
+		}
+		prefix := fmt.Sprintf("c%d-", i)
+		dc := diffCase{name: c.name}
+		for _, f := range c.files {
+			dc.files = append(dc.files, domainLine.ReplaceAllString(f, "domain: "+prefix+"$1"))
+		}
+		for _, call := range c.calls {
+			r := call.req
+			if r.Domain != "" {
+				r.Domain = prefix + r.Domain
+			}
+			dc.reqs = append(dc.reqs, r)
+		}
+		out = append(out, dc)
+	}
+	return append(out, randomCase(1), randomCase(2))
+}
+
+// randomCase is a random sequence of requests over nested, wildcard and
+// key-only descriptors with random hits_addend at both levels.
+func randomCase(seed uint64) diffCase {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	domain := fmt.Sprintf("random%d", seed)
+	file := `domain: ` + domain + `
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 6}
+    descriptors:
+      - key: route
+        value: "/v1/*"
+        rate_limit: {unit: hour, requests_per_unit: 9, name: v1}
+      - key: route
+        value: /v1/chat
+        rate_limit: {unit: hour, requests_per_unit: 4, name: chat, replaces: [{name: v1}]}
+      - key: route
+        shadow_mode: true
+        rate_limit: {unit: day, requests_per_unit: 3}
+  - key: user
+    value: root
+    rate_limit: {unlimited: true}
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 5}
+`
+	users := []string{"alice", "bob", "root"}
+	routes := []string{"/v1/chat", "/v1/embed", "/v2/x"}
+	entries := func() []envoycompat.Entry {
+		u := envoycompat.Entry{Key: "user", Value: users[rng.IntN(len(users))]}
+		switch rng.IntN(4) {
+		case 0:
+			return []envoycompat.Entry{u}
+		case 1:
+			return []envoycompat.Entry{{Key: "tenant", Value: "t"}, u}
+		}
+		return []envoycompat.Entry{u, {Key: "route", Value: routes[rng.IntN(len(routes))]}}
+	}
+	var reqs []envoycompat.Request
+	for range 40 {
+		r := envoycompat.Request{Domain: domain, HitsAddend: uint32(rng.IntN(3))}
+		for range 1 + rng.IntN(3) {
+			d := envoycompat.Descriptor{Entries: entries()}
+			if rng.IntN(3) == 0 {
+				h := uint64(rng.IntN(3))
+				d.HitsAddend = &h
+			}
+			r.Descriptors = append(r.Descriptors, d)
+		}
+		reqs = append(reqs, r)
+	}
+	return diffCase{name: "random sequence " + strconv.FormatUint(seed, 10), files: []string{file}, reqs: reqs}
+}
+
+func toProto(r envoycompat.Request) *rlspb.RateLimitRequest {
+	out := &rlspb.RateLimitRequest{Domain: r.Domain, HitsAddend: r.HitsAddend}
+	for _, d := range r.Descriptors {
+		pd := &commonpb.RateLimitDescriptor{}
+		for _, e := range d.Entries {
+			pd.Entries = append(pd.Entries, &commonpb.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		if d.HitsAddend != nil {
+			pd.HitsAddend = wrapperspb.UInt64(*d.HitsAddend)
+		}
+		if d.Limit != nil {
+			pd.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: typepb.RateLimitUnit(d.Limit.Unit)}
+		}
+		out.Descriptors = append(out.Descriptors, pd)
+	}
+	return out
+}
+
+// pair is envoyproxy/ratelimit and tokenlimit, each on its own Redis, with
+// the same configuration directory and the same settings.
+type pair struct {
+	envoy, tokenlimit   rlspb.RateLimitServiceClient
+	envoyRedis, tlRedis *redistest.Server
+}
+
+// startPair writes files into a runtime directory and starts both
+// services on it with env (envoyproxy/ratelimit's variables; tokenlimit
+// reads them through --envoy-env).
+func startPair(t *testing.T, files []string, env map[string]string) *pair {
+	t.Helper()
+	bin := envoyBinary(t)
+	root := t.TempDir()
+	confDir := filepath.Join(root, "rl", "config")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files {
+		if err := os.WriteFile(filepath.Join(confDir, fmt.Sprintf("f%03d.yaml", i)), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := &pair{envoyRedis: redistest.Start(t), tlRedis: redistest.Start(t)}
+	common := map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "config",
+		"REDIS_SOCKET_TYPE": "tcp", "USE_STATSD": "false", "LOG_LEVEL": "warn", "MERGE_DOMAIN_CONFIG": "true",
+	}
+	for k, v := range env {
+		common[k] = v
+	}
+	p.envoy = startEnvoy(t, bin, common, p.envoyRedis.Addr())
+	p.tokenlimit = startTokenlimit(t, common, p.tlRedis.Addr())
+	return p
+}
+
+func dial(t *testing.T, target string) rlspb.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlspb.NewRateLimitServiceClient(conn)
+}
+
+// waitReady waits until c answers a request for a domain no file names.
+func waitReady(t *testing.T, c rlspb.RateLimitServiceClient, exited <-chan struct{}, logs func() string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	probe := &rlspb.RateLimitRequest{Domain: "probe-unconfigured", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ShouldRateLimit(ctx, probe)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the server exited before it was ready:\n%s", logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after 60 s: %v\n%s", err, logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr string) rlspb.RateLimitServiceClient {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "rls.sock")
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+redisAddr, "GRPC_UDS="+sock, "PORT="+freePort(t), "DEBUG_PORT="+freePort(t))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	c := dial(t, "unix://"+sock)
+	waitReady(t, c, exited, logs.String)
+	return c
+}
+
+func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) rlspb.RateLimitServiceClient {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	t.Setenv("REDIS_URL", redisAddr)
+	t.Setenv("LOG_LEVEL", "info") // the address is in an info line
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w := io.Pipe()
+	exited := make(chan struct{})
+	go func() {
+		cli.Run(ctx, []string{"serve", "--envoy-env", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, w, w)
+		w.Close()
+		close(exited)
+	}()
+	t.Cleanup(func() { cancel(); <-exited })
+	addr := make(chan string, 1)
+	logs := &lockedBuffer{}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			logs.Write(append(sc.Bytes(), '\n'))
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, "serving gRPC") {
+				addr <- rec.Addr
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		c := dial(t, a)
+		waitReady(t, c, exited, logs.String)
+		return c
+	case <-exited:
+		t.Fatal("tokenlimit serve --envoy-env exited before serving gRPC")
+	case <-time.After(60 * time.Second):
+		t.Fatal("tokenlimit serve --envoy-env: no gRPC address after 60 s")
+	}
+	return nil
+}
+
+// compare runs c's requests on both services and reports every answer
+// that differs. Each attempt starts from empty Redis servers at the start
+// of a wall-clock second and counts only if it ended in that same second,
+// so both services see the same windows and the same time until reset;
+// an attempt that straddles a second is run again.
+func (p *pair) compare(t *testing.T, c diffCase) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p.envoyRedis.Do("FLUSHALL")
+		p.tlRedis.Do("FLUSHALL")
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now)) // the next second starts
+		start := time.Now().Unix()
+		var diffs []string
+		for i, r := range c.reqs {
+			req := toProto(r)
+			want, werr := p.envoy.ShouldRateLimit(context.Background(), req)
+			have, herr := p.tokenlimit.ShouldRateLimit(context.Background(), req)
+			switch {
+			case (werr == nil) != (herr == nil):
+				diffs = append(diffs, fmt.Sprintf("request %d %v:\n envoy: %v %v\n tokenlimit: %v %v", i, req, want, werr, have, herr))
+			case werr != nil:
+				if ws, hs := status.Convert(werr), status.Convert(herr); ws.Code() != hs.Code() || ws.Message() != hs.Message() {
+					diffs = append(diffs, fmt.Sprintf("request %d %v: envoy error %v, tokenlimit error %v", i, req, werr, herr))
+				}
+			case !proto.Equal(want, have):
+				diffs = append(diffs, fmt.Sprintf("request %d %v:\n envoy:      %v\n tokenlimit: %v", i, req, want, have))
+			}
+		}
+		if time.Now().Unix() != start {
+			if attempt == 10 {
+				t.Fatalf("%s: 10 attempts each straddled a second; the machine is too slow for this comparison", c.name)
+			}
+			continue
+		}
+		for _, d := range diffs {
+			t.Errorf("%s: %s", c.name, d)
+		}
+		return
+	}
+}
+
+// TestDifferential feeds envoyproxy/ratelimit and tokenlimit serve
+// --envoy-env the same configuration and the same requests, over every
+// feature of the configuration format, and requires equal answers.
+func TestDifferential(t *testing.T) {
+	cases := diffCases()
+	var files []string
+	for _, c := range cases {
+		files = append(files, c.files...)
+	}
+	invalid := diffCase{name: "invalid requests", reqs: []envoycompat.Request{rq("", desc("k=v")), rq("c0-d")}}
+	p := startPair(t, files, nil)
+	for _, c := range append(cases, invalid) {
+		p.compare(t, c)
+	}
+}
+
+// TestDifferentialSettings compares the global settings: SHADOW_MODE,
+// LIMIT_RESPONSE_HEADERS_ENABLED with custom header names, CACHE_KEY_PREFIX.
+func TestDifferentialSettings(t *testing.T) {
+	c := randomCase(3)
+	c.reqs = append(c.reqs, rq(c.reqs[0].Domain, desc("user=alice", "route=/v1/chat"), desc("user=bob")))
+	p := startPair(t, c.files, map[string]string{
+		"SHADOW_MODE": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "CACHE_KEY_PREFIX": "pre_",
+	})
+	p.compare(t, c)
+}
+
+// lockedBuffer collects a process's output while the test may read it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
