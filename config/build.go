@@ -41,6 +41,7 @@ type rawLimit struct {
 	Shadow        bool              `yaml:"shadow"`
 	FailureMode   string            `yaml:"failure_mode"`
 	FailOpenShare *float64          `yaml:"fail_open_share"`
+	LocalCache    bool              `yaml:"local_cache"`
 }
 
 type rawPlan struct {
@@ -252,8 +253,23 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 			l.FailOpenShare = s
 		}
 	}
+	b.localCache(path, r, &l)
 	b.calendar(path, &l)
 	return l, len(b.errs) == before
+}
+
+// localCache applies local_cache, which only a limit that denies and that
+// nothing but a refund reopens early can use.
+func (b *builder) localCache(path []any, r *rawLimit, l *Limit) {
+	switch {
+	case !r.LocalCache:
+	case r.Shadow:
+		b.fail(at(path, "local_cache"), "a shadow limit never denies: there is no denial to cache")
+	case r.Algorithm == "concurrency":
+		b.fail(at(path, "local_cache"), "a concurrency limit reopens whenever a request ends: a cached denial would deny requests it should admit")
+	default:
+		l.LocalCache = true
+	}
 }
 
 // DefaultLease is how long a concurrency slot is held when its holder never

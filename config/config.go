@@ -73,6 +73,12 @@ type Limit struct {
 	// FailOpenShare is the share of the limit one replica admits locally
 	// while the store is failing, in (0, 1].
 	FailOpenShare float64
+	// LocalCache makes each replica answer a budget that the store denied
+	// with a retry-after R locally, denied, until R has passed, for the same
+	// or a larger cost, without a store call: it never over-admits; it may
+	// over-deny, for at most R, when a refund or reset elsewhere reopens the
+	// budget early. Not for shadow or concurrency limits.
+	LocalCache bool
 	// Concurrency marks a limit on requests in flight: Limit is a sliding
 	// log whose window is the lease (a crashed holder's slot comes back when
 	// its lease ends), each reservation takes 1 and settling releases it.

@@ -123,6 +123,7 @@ func (s *Service) Reset(ctx context.Context, req Request, limit string) ([]strin
 		if err := s.opts.Store.Reset(ctx, c.item.Key, c.item.Limit.Algorithm); err != nil {
 			return keys, fmt.Errorf("service: reset %s: %w", c.item.Key, err)
 		}
+		s.overLimit.forget([]check{c})
 		keys = append(keys, c.item.Key)
 	}
 	return keys, nil

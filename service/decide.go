@@ -10,8 +10,12 @@ import (
 )
 
 // decide runs a plan: the enforced checks in one atomic call, then, if they
-// admit the request, the shadow checks in another.
+// admit the request, the shadow checks in another. A plan of one limit with
+// local_cache that the store denied recently is denied locally (overlimit.go).
 func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
+	if d, ok := s.cachedDenial(p); ok {
+		return d, nil
+	}
 	d := Decision{Allowed: true, At: s.opts.Clock()}
 	if len(p.enforced) > 0 {
 		td, failed, err := s.checkStore(ctx, p.enforced)
@@ -23,6 +27,9 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 		default:
 			d.Allowed, d.At = td.Allowed, td.At
 			d.Limits = outcomes(p.enforced, td.Results, false)
+			if !td.Allowed {
+				s.overLimit.record(p.enforced, td.Results, s.opts.Clock())
+			}
 		}
 	}
 	if d.Allowed {

@@ -217,7 +217,9 @@ func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation,
 		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
 		defer cancel()
 	}
-	return res.SettleEach(ctx, actuals)
+	err := res.SettleEach(ctx, actuals)
+	s.overLimit.forget(checks) // a refund may have reopened the budgets
+	return err
 }
 
 // Settle tells what reservation id really cost: actual is the request's own

@@ -65,6 +65,8 @@ type Service struct {
 	log      *slog.Logger
 	rules    atomic.Pointer[ruleset]
 	reserves *reservations
+	// overLimit caches recent denials of the limits with local_cache.
+	overLimit *overLimit
 }
 
 // New returns a service enforcing cfg.
@@ -73,7 +75,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 		return nil, errors.New("service: New needs a configuration and a store")
 	}
 	opts = withDefaults(opts)
-	s := &Service{opts: opts, log: opts.Logger}
+	s := &Service{opts: opts, log: opts.Logger, overLimit: newOverLimit()}
 	var err error
 	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock)); err != nil {
 		return nil, err

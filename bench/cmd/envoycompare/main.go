@@ -1,0 +1,583 @@
+// Command envoycompare measures `tokenlimit serve --redis` side by side with
+// envoyproxy/ratelimit on one redis-server and one gRPC load generator:
+// ShouldRateLimit with one descriptor {user: user-N} per request, spread
+// over -users users, from -callers concurrent callers. The two services
+// take turns in short slices within one run; each run's figures are the
+// sums of its slices, and the table shows the medians of the runs.
+//
+//	go install github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+//	cd bench && go run ./cmd/envoycompare -envoy $(go env GOPATH)/bin/service_cmd
+//
+// Scenarios: "admitted" (a fixed window of a million per second per user:
+// every request is admitted, so every one reaches Redis) and "over" (one
+// per hour per user over 100 users: after the first request of each user,
+// every request is over the limit; both services with their over-limit
+// caches on: envoy's LOCAL_CACHE_SIZE_IN_BYTES, tokenlimit's local_cache).
+//
+// Per service and cell it reports decisions/s, p50/p99 latency, the CPU
+// time per decision of the service and of redis-server (from /proc), and
+// the Redis commands per decision (INFO commandstats). tokenlimit's
+// decisions that fell back to a failure mode (tokenlimit_decisions_total
+// with a fail_open or fail_closed result) are counted: a cell with any is
+// not a measurement of Redis, and is flagged.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
+)
+
+type options struct {
+	envoy, repo, redisServer string
+	storeTimeout             time.Duration
+	callers, users, runs     int
+	slice                    time.Duration
+	slices                   int
+	scenarios                []string
+	conns                    int
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "envoycompare:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("envoycompare", flag.ContinueOnError)
+	var o options
+	var scenarios string
+	fs.StringVar(&o.envoy, "envoy", "service_cmd", "envoyproxy/ratelimit's service_cmd binary")
+	fs.StringVar(&o.repo, "repo", "..", "the tokenlimit repository, to build cmd/tokenlimit from")
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 0, "tokenlimit serve --store-timeout (0: its default)")
+	fs.IntVar(&o.callers, "callers", 64, "concurrent callers")
+	fs.IntVar(&o.users, "users", 10_000, "users of the admitted scenario (100 in the over-limit one)")
+	fs.IntVar(&o.runs, "runs", 3, "runs; the table shows medians")
+	fs.DurationVar(&o.slice, "slice", 2*time.Second, "load per slice; the services alternate slice by slice")
+	fs.IntVar(&o.slices, "slices", 2, "slices per service per run")
+	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share (per service)")
+	fs.StringVar(&scenarios, "scenarios", "admitted,over", "scenarios: admitted, over")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for s := range strings.SplitSeq(scenarios, ",") {
+		if s != "admitted" && s != "over" {
+			return o, fmt.Errorf("-scenarios: unknown %q (want admitted, over)", s)
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	switch {
+	case o.callers < 1 || o.callers > 4096:
+		return o, errors.New("-callers must be in 1..4096")
+	case o.users < 100:
+		return o, errors.New("-users must be at least 100")
+	case o.runs < 1 || o.slices < 1 || o.conns < 1:
+		return o, errors.New("-runs, -slices and -conns must be at least 1")
+	case o.slice <= 0 || o.slice > time.Minute:
+		return o, errors.New("-slice must be in (0, 1m]")
+	}
+	return o, nil
+}
+
+// scenario is one limit both services enforce, in both configurations.
+type scenario struct {
+	name   string
+	users  int
+	envoy  string // envoyproxy/ratelimit's config
+	ours   string // tokenlimit's
+	cached bool   // over-limit caches on
+}
+
+func scenarios(o options) map[string]scenario {
+	return map[string]scenario{
+		"admitted": {
+			name: "admitted", users: o.users,
+			envoy: "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n",
+			ours:  "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1000000/s\n",
+		},
+		"over": {
+			name: "over", users: 100, cached: true,
+			envoy: "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+			ours:  "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1/h\n    local_cache: true\n",
+		},
+	}
+}
+
+// service is one running rate-limit service.
+type service struct {
+	name    string
+	grpc    string
+	metrics string // tokenlimit's /metrics address; empty for envoy
+	pid     int
+	stop    func()
+}
+
+func run(args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "envoycompare-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "tokenlimit")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tokenlimit")
+	build.Dir = o.repo
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/tokenlimit: %w\n%s", err, out)
+	}
+	fmt.Printf("# envoycompare — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Printf("- %d callers over %d gRPC connections per service; %d runs of %d slices of %s per service, alternating; medians of the runs\n",
+		o.callers, o.conns, o.runs, o.slices, o.slice)
+	fmt.Printf("- load average at start: %s\n", loadavg())
+	if o.storeTimeout > 0 {
+		fmt.Printf("- tokenlimit serve --store-timeout %s\n", o.storeTimeout)
+	}
+	fmt.Println()
+	for _, name := range o.scenarios {
+		sc := scenarios(o)[name]
+		if err := runScenario(o, sc, bin, tmp); err != nil {
+			return fmt.Errorf("scenario %s: %w", name, err)
+		}
+	}
+	fmt.Printf("- load average at the end: %s\n", loadavg())
+	return nil
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
+}
+
+// tally is one service's load over some slices.
+type tally struct {
+	decisions, allowed, errors int64
+	elapsed                    time.Duration
+	lat                        []time.Duration // a sample
+	serviceCPU, redisCPU       time.Duration
+	redisCalls, scriptCalls    int64
+	fallback                   int64 // tokenlimit decisions by a failure mode
+	firstErr                   error
+}
+
+func runScenario(o options, sc scenario, bin, tmp string) error {
+	redis, err := redisserver.Start(o.redisServer)
+	if err != nil {
+		return err
+	}
+	defer redis.Stop()
+	dir := filepath.Join(tmp, sc.name)
+	ours, err := startOurs(o, sc, bin, dir, redis.Addr())
+	if err != nil {
+		return err
+	}
+	defer ours.stop()
+	envoy, err := startEnvoy(o, sc, dir, redis.Addr())
+	if err != nil {
+		return err
+	}
+	defer envoy.stop()
+	svcs := []*service{ours, envoy}
+	callers := make([]func(context.Context, int) (bool, error), len(svcs))
+	for i, s := range svcs {
+		c, closeConns, err := grpcCaller(s.grpc, sc.users, o.conns)
+		if err != nil {
+			return err
+		}
+		defer closeConns()
+		callers[i] = c
+	}
+	// Warm up: every key once, so "over" starts over the limit, and the
+	// connections and scripts are in place.
+	for i := range svcs {
+		load(context.Background(), callers[i], o.callers, sc.users, time.Second)
+	}
+	runs := make([][]tally, len(svcs))
+	for range o.runs {
+		sums := make([]tally, len(svcs))
+		for range o.slices {
+			for i, s := range svcs {
+				t, err := measure(s, redis, callers[i], o, sc.users)
+				if err != nil {
+					return err
+				}
+				sums[i].add(t)
+			}
+		}
+		for i := range svcs {
+			runs[i] = append(runs[i], sums[i])
+		}
+	}
+	report(sc, svcs, runs)
+	return nil
+}
+
+func (t *tally) add(o tally) {
+	t.decisions += o.decisions
+	t.allowed += o.allowed
+	t.errors += o.errors
+	t.elapsed += o.elapsed
+	t.lat = append(t.lat, o.lat...)
+	t.serviceCPU += o.serviceCPU
+	t.redisCPU += o.redisCPU
+	t.redisCalls += o.redisCalls
+	t.scriptCalls += o.scriptCalls
+	t.fallback += o.fallback
+	if t.firstErr == nil {
+		t.firstErr = o.firstErr
+	}
+}
+
+// measure runs one slice of load on s and what it cost.
+func measure(s *service, redis *redisserver.Server, call func(context.Context, int) (bool, error), o options, users int) (tally, error) {
+	calls0, scripts0, err := redisCalls(redis)
+	if err != nil {
+		return tally{}, err
+	}
+	fb0 := fallbacks(s)
+	svc0, _ := cpuTime(s.pid)
+	red0, _ := cpuTime(redis.Pid())
+	t := load(context.Background(), call, o.callers, users, o.slice)
+	svc1, _ := cpuTime(s.pid)
+	red1, _ := cpuTime(redis.Pid())
+	calls1, scripts1, err := redisCalls(redis)
+	if err != nil {
+		return tally{}, err
+	}
+	t.serviceCPU, t.redisCPU = svc1-svc0, red1-red0
+	t.redisCalls = calls1 - calls0 - 1 // the INFO of the first reading
+	t.scriptCalls = scripts1 - scripts0
+	t.fallback = fallbacks(s) - fb0
+	return t, nil
+}
+
+// load runs callers goroutines calling call on users in a scattered order
+// for d.
+func load(ctx context.Context, call func(context.Context, int) (bool, error), callers, users int, d time.Duration) tally {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		out  tally
+		stop atomic.Bool
+	)
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	defer timer.Stop()
+	for g := range callers {
+		wg.Go(func() {
+			var local tally
+			i := (g * 7717) % users
+			for n := 0; !stop.Load(); n++ {
+				i = (i + 7919) % users
+				t0 := time.Now()
+				ok, err := call(ctx, i)
+				took := time.Since(t0)
+				if n%8 == 0 {
+					local.lat = append(local.lat, took)
+				}
+				switch {
+				case err != nil:
+					local.errors++
+					if local.firstErr == nil {
+						local.firstErr = err
+					}
+				case ok:
+					local.allowed++
+				}
+				local.decisions++
+			}
+			mu.Lock()
+			out.add(local)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	out.elapsed = time.Since(start)
+	return out
+}
+
+// redisCalls returns the total of every command's calls in INFO
+// commandstats (the commands scripts run included) and the script calls
+// among them (EVALSHA, EVAL, FCALL).
+func redisCalls(s *redisserver.Server) (total, scripts int64, err error) {
+	info, err := s.Do("INFO", "commandstats")
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		total += n
+		switch name {
+		case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall":
+			scripts += n
+		}
+	}
+	return total, scripts, nil
+}
+
+// fallbacks is tokenlimit's count of decisions made by a failure mode
+// instead of Redis, from /metrics; 0 for envoy.
+func fallbacks(s *service) int64 {
+	if s.metrics == "" {
+		return 0
+	}
+	resp, err := http.Get("http://" + s.metrics + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var n int64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "tokenlimit_decisions_total{") && (strings.Contains(line, "fail_open") || strings.Contains(line, "fail_closed")) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int64(v)
+		}
+	}
+	return n
+}
+
+func startOurs(o options, sc scenario, bin, dir, redisAddr string) (*service, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "tokenlimit.yaml")
+	if err := os.WriteFile(cfg, []byte(sc.ours), 0o644); err != nil {
+		return nil, err
+	}
+	httpAddr, grpcAddr := freeAddr(), freeAddr()
+	args := []string{"serve", "--config", cfg, "--reload-every", "0", "--listen", httpAddr, "--grpc-listen", grpcAddr, "--redis", "redis://" + redisAddr}
+	if o.storeTimeout > 0 {
+		args = append(args, "--store-timeout", o.storeTimeout.String())
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	s, err := start("tokenlimit", cmd, grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = httpAddr
+	return s, nil
+}
+
+func startEnvoy(o options, sc scenario, dir, redisAddr string) (*service, error) {
+	conf := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(sc.envoy), 0o644); err != nil {
+		return nil, err
+	}
+	grpcAddr := freeAddr()
+	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+	cmd := exec.Command(o.envoy)
+	cmd.Env = append(os.Environ(),
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "USE_STATSD=false",
+		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+port(grpcAddr), "HOST=127.0.0.1", "PORT="+port(freeAddr()),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(freeAddr()), "LOG_LEVEL=warn",
+		// Without statsd its stats go to a logging sink that writes a line
+		// per observation; Prometheus is what tokenlimit serves too.
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+freeAddr())
+	if sc.cached {
+		cmd.Env = append(cmd.Env, "LOCAL_CACHE_SIZE_IN_BYTES=16777216")
+	}
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	return start("envoyproxy/ratelimit", cmd, grpcAddr)
+}
+
+// start runs cmd and waits until grpcAddr accepts connections.
+func start(name string, cmd *exec.Cmd, grpcAddr string) (*service, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s := &service{name: name, grpc: grpcAddr, pid: cmd.Process.Pid, stop: func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", grpcAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return s, nil
+		}
+		select {
+		case <-done:
+			return nil, fmt.Errorf("%s exited at start", name)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("%s did not listen on %s within 30s", name, grpcAddr)
+		}
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// grpcCaller calls ShouldRateLimit for user i (domain bench, one
+// descriptor {user: user-i}) over conns connections, round robin.
+func grpcCaller(addr string, users, conns int) (func(context.Context, int) (bool, error), func(), error) {
+	var clients []rlspb.RateLimitServiceClient
+	var closers []*grpc.ClientConn
+	for range conns {
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, nil, err
+		}
+		closers = append(closers, conn)
+		clients = append(clients, rlspb.NewRateLimitServiceClient(conn))
+	}
+	reqs := make([]*rlspb.RateLimitRequest, users)
+	for i := range reqs {
+		reqs[i] = &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*commonpb.RateLimitDescriptor{{
+			Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "user", Value: "user-" + strconv.Itoa(i)}}}}}
+	}
+	call := func(ctx context.Context, i int) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		resp, err := clients[i%len(clients)].ShouldRateLimit(ctx, reqs[i])
+		if err != nil {
+			return false, err
+		}
+		switch resp.GetOverallCode() {
+		case rlspb.RateLimitResponse_OK:
+			return true, nil
+		case rlspb.RateLimitResponse_OVER_LIMIT:
+			return false, nil
+		}
+		return false, fmt.Errorf("overall code %v", resp.GetOverallCode())
+	}
+	return call, func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}, nil
+}
+
+// cpuTime is the CPU time (user + system) of process pid, from /proc.
+func cpuTime(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, true
+}
+
+func median(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+func quantile(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// row is one service's medians in one scenario.
+type row struct {
+	rate, p50, p99, svcCPU, redisCPU, calls, scripts, allowed, fallback, errors float64
+}
+
+func medians(runs []tally) row {
+	var r [10][]float64
+	for _, t := range runs {
+		d := float64(max(t.decisions, 1))
+		r[0] = append(r[0], float64(t.decisions)/t.elapsed.Seconds())
+		r[1] = append(r[1], float64(quantile(t.lat, 0.5)))
+		r[2] = append(r[2], float64(quantile(t.lat, 0.99)))
+		r[3] = append(r[3], float64(t.serviceCPU)/d)
+		r[4] = append(r[4], float64(t.redisCPU)/d)
+		r[5] = append(r[5], float64(t.redisCalls)/d)
+		r[6] = append(r[6], float64(t.allowed)/d)
+		r[7] = append(r[7], float64(t.fallback))
+		r[8] = append(r[8], float64(t.errors))
+		r[9] = append(r[9], float64(t.scriptCalls)/d)
+	}
+	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8])}
+}
+
+func report(sc scenario, svcs []*service, runs [][]tally) {
+	fmt.Printf("## Scenario %s (%d users)\n\n", sc.name, sc.users)
+	fmt.Println("| service | decisions/s | p50 | p99 | service CPU/decision | redis CPU/decision | Redis commands/decision (of them script calls) | allowed | failure-mode decisions | errors |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	rows := make([]row, len(svcs))
+	for i, s := range svcs {
+		r := medians(runs[i])
+		rows[i] = r
+		fmt.Printf("| %s | %.1fk | %s | %s | %.1f µs | %.1f µs | %.3f (%.3f) | %.1f%% | %.0f | %.0f |\n", s.name, r.rate/1000,
+			time.Duration(r.p50).Round(time.Microsecond), time.Duration(r.p99).Round(time.Microsecond),
+			r.svcCPU/1000, r.redisCPU/1000, r.calls, r.scripts, 100*r.allowed, r.fallback, r.errors)
+		if runs[i][0].firstErr != nil {
+			fmt.Printf("\nfirst error of %s: %v\n\n", s.name, runs[i][0].firstErr)
+		}
+	}
+	o, e := rows[0], rows[1]
+	fmt.Printf("\nRatios tokenlimit / envoyproxy/ratelimit: decisions/s %.2fx, service CPU per decision %.2fx, redis CPU per decision %.2fx, p50 %.2fx\n\n",
+		o.rate/e.rate, o.svcCPU/e.svcCPU, o.redisCPU/e.redisCPU, o.p50/e.p50)
+}
