@@ -173,6 +173,20 @@ func (l Limit) Capacity() int64 {
 	return l.Quota
 }
 
+// Window is how long the limit takes to go from empty to full: the period
+// of a window algorithm; for a TokenBucket or GCRA the time an empty bucket
+// takes to refill its whole capacity (capacity 10 refilling 2 per second:
+// 5s), rounded down to the microsecond. It is the window in which the
+// limit grants Capacity, as the IETF RateLimit-Policy field and Envoy's
+// rate limit service describe a limit.
+func (l Limit) Window() time.Duration {
+	if !l.bucketed() {
+		return l.Period
+	}
+	num, den := l.Interval() // microseconds per unit of cost
+	return time.Duration(l.Capacity()*num/den) * time.Microsecond
+}
+
 func (l Limit) bucketed() bool {
 	return l.Algorithm == TokenBucket || l.Algorithm == GCRA
 }

@@ -380,3 +380,29 @@ func TestValidateAdjustmentsNamesTheAdjustment(t *testing.T) {
 		})
 	}
 }
+
+func TestLimitWindow(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		limit tokenlimit.Limit
+		want  time.Duration
+	}{
+		{tokenlimit.TokenBucketLimit(10, 2, time.Second), 5 * time.Second},
+		{tokenlimit.TokenBucketLimit(10, 3, time.Second), 3333333 * time.Microsecond},
+		{tokenlimit.TokenBucketLimit(1, 1000, time.Second), time.Millisecond},
+		{tokenlimit.GCRALimit(9, 60, time.Minute), 10 * time.Second},
+		{tokenlimit.TokenBucketLimit(10000, 1, 24*time.Hour), 10000 * 24 * time.Hour},
+		{tokenlimit.SlidingLogLimit(5, 5*time.Second), 5 * time.Second},
+		{tokenlimit.FixedWindowLimit(5, 1500*time.Millisecond), 1500 * time.Millisecond},
+		{tokenlimit.SlidingCounterLimit(5, time.Millisecond), time.Millisecond},
+	}
+	for _, c := range cases {
+		if err := c.limit.Validate(); err != nil {
+			t.Fatalf("%s: %v", c.limit, err)
+		}
+		if got := c.limit.Window(); got != c.want {
+			t.Errorf("%s: Window() = %s, want %s", c.limit, got, c.want)
+		}
+	}
+}
+

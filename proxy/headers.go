@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -135,16 +136,12 @@ func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
 		if !ok {
 			continue
 		}
+		f := ratelimitheader.Of(t.Name, t.Result, false, 0)
 		if c.dialect == anthropic {
-			prefix := "Anthropic-Ratelimit-" + u.String() + "-"
-			h.Set(prefix+"Limit", strconv.FormatInt(t.Limit, 10))
-			h.Set(prefix+"Remaining", strconv.FormatInt(t.Remaining, 10))
-			h.Set(prefix+"Reset", resetTime(d.At, t.ResetAfter))
+			f.SetAnthropic(h, u.String(), d.At)
 			continue
 		}
-		h.Set("X-Ratelimit-Limit-"+u.String(), strconv.FormatInt(t.Limit, 10))
-		h.Set("X-Ratelimit-Remaining-"+u.String(), strconv.FormatInt(t.Remaining, 10))
-		h.Set("X-Ratelimit-Reset-"+u.String(), ceilMillis(t.ResetAfter).String())
+		f.SetOpenAI(h, u.String())
 	}
 }
 
@@ -160,20 +157,6 @@ func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome,
 	return service.Decision{Limits: of}.Tightest()
 }
 
-// resetTime returns at + after, rounded up to the second, in RFC 3339 UTC.
-func resetTime(at time.Time, after time.Duration) string {
-	t := at.Add(after)
-	if r := t.Truncate(time.Second); r.Before(t) {
-		t = r.Add(time.Second)
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// ceilMillis rounds d up to a whole millisecond.
-func ceilMillis(d time.Duration) time.Duration {
-	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
-}
-
 // deny answers 429 for decision d, naming its tightest limit: the body is
 // OpenAI's rate_limit_exceeded error, typed "tokens" or "requests" by what
 // the limit counts; Retry-After is in whole seconds rounded up and
@@ -187,7 +170,7 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	if unit == service.Tokens {
 		typ = "tokens"
 	}
-	wait := ceilMillis(o.RetryAfter)
+	wait := ratelimitheader.CeilMillis(o.RetryAfter)
 	if unit == service.InFlight {
 		wait = inFlightRetry
 	}

@@ -42,18 +42,6 @@ func TestKindOf(t *testing.T) {
 	}
 }
 
-func TestCeilMillis(t *testing.T) {
-	t.Parallel()
-	for d, want := range map[time.Duration]string{
-		0: "0s", time.Nanosecond: "1ms", 2970 * time.Millisecond: "2.97s", 6 * time.Minute: "6m0s",
-		59700*time.Millisecond + 1: "59.701s",
-	} {
-		if got := ceilMillis(d).String(); got != want {
-			t.Errorf("ceilMillis(%v) = %s, want %s", d, got, want)
-		}
-	}
-}
-
 func TestClientIP(t *testing.T) {
 	t.Parallel()
 	p := &Proxy{opts: Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}}

@@ -30,12 +30,7 @@ type Policy struct {
 
 // PolicyOf returns the policy of a limit, per Policy.
 func PolicyOf(l tokenlimit.Limit) Policy {
-	p := Policy{Limit: l.Capacity(), Window: l.Period}
-	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
-		num, den := l.Interval() // microseconds per unit of cost
-		p.Window = time.Duration(p.Limit*num/den) * time.Microsecond
-	}
-	return p
+	return Policy{Limit: l.Capacity(), Window: l.Window()}
 }
 
 // CheckMerged is Check for requests that may select the same budget more

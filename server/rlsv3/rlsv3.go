@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -215,7 +215,7 @@ func response(d service.Decision, policies []service.Policy, n int) *rlspb.RateL
 		resp.Statuses[r] = descriptorStatus(d, policies, byRequest[r])
 	}
 	if t, ok := d.Tightest(); ok {
-		resp.ResponseHeadersToAdd = headers(t, !d.Allowed)
+		resp.ResponseHeadersToAdd = headers(t, policyOf(d, policies, t), !d.Allowed)
 	}
 	return resp
 }
@@ -234,13 +234,7 @@ func descriptorStatus(d service.Decision, policies []service.Policy, limits []in
 		}
 	}
 	t, _ := sub.Tightest()
-	var pol service.Policy
-	for _, i := range limits {
-		if d.Limits[i].Name == t.Name && d.Limits[i].Key == t.Key {
-			pol = policies[i]
-			break
-		}
-	}
+	pol := policyOf(d, policies, t)
 	st.CurrentLimit = currentLimit(t.Name, pol)
 	st.LimitRemaining = clamp32(t.Remaining)
 	st.DurationUntilReset = durationpb.New(t.ResetAfter)
@@ -289,24 +283,28 @@ func currentLimit(name string, p service.Policy) *rlspb.RateLimitResponse_RateLi
 	return rl
 }
 
-// headers are the rate-limit headers of the tightest limit: its limit,
-// remaining and seconds until fully reset, and when the request is denied
-// the seconds until it could be admitted (retry-after; left out when the
-// cost exceeds the limit, since waiting cannot help).
-func headers(t service.Outcome, denied bool) []*corepb.HeaderValue {
-	h := []*corepb.HeaderValue{
-		{Key: "x-ratelimit-limit", Value: strconv.FormatInt(t.Limit, 10)},
-		{Key: "x-ratelimit-remaining", Value: strconv.FormatInt(t.Remaining, 10)},
-		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(ceilSeconds(t.ResetAfter), 10)},
+// policyOf is the policy of outcome t of d: the one of the first outcome
+// with its name and budget key.
+func policyOf(d service.Decision, policies []service.Policy, t service.Outcome) service.Policy {
+	for i, o := range d.Limits {
+		if o.Name == t.Name && o.Key == t.Key && i < len(policies) {
+			return policies[i]
+		}
 	}
-	if denied && !t.CostExceedsLimit {
-		h = append(h, &corepb.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(max(1, ceilSeconds(t.RetryAfter)), 10)})
-	}
-	return h
+	return service.Policy{}
 }
 
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+// headers are the rate-limit headers of the tightest limit, as package
+// ratelimitheader renders them for every transport (X-RateLimit-*, the IETF
+// RateLimit and RateLimit-Policy fields, and retry-after when denied and
+// waiting can help), with lower-case names as HTTP/2 writes them.
+func headers(t service.Outcome, pol service.Policy, denied bool) []*corepb.HeaderValue {
+	pairs := ratelimitheader.Of(t.Name, t.Result, denied, pol.Window).Pairs()
+	h := make([]*corepb.HeaderValue, len(pairs))
+	for i, p := range pairs {
+		h[i] = &corepb.HeaderValue{Key: strings.ToLower(p.Name), Value: p.Value}
+	}
+	return h
 }
 
 func clamp32(v int64) uint32 {

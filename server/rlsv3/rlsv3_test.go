@@ -223,9 +223,14 @@ func hdrs(kv ...string) []*corepb.HeaderValue {
 	return out
 }
 
-// expect compares a whole response.
+// expect compares a whole response. The IETF RateLimit and RateLimit-Policy
+// fields are checked against the x-ratelimit-* headers (same remaining,
+// reset and capacity, one limit name), then left out of the comparison;
+// TestQuickstart checks their values.
 func expect(t *testing.T, step string, got *rlspb.RateLimitResponse, code rlspb.RateLimitResponse_Code, headers []*corepb.HeaderValue, statuses ...*rlspb.RateLimitResponse_DescriptorStatus) {
 	t.Helper()
+	got = proto.Clone(got).(*rlspb.RateLimitResponse)
+	got.ResponseHeadersToAdd = withoutIETF(t, step, got.ResponseHeadersToAdd)
 	want := &rlspb.RateLimitResponse{OverallCode: code, Statuses: statuses, ResponseHeadersToAdd: headers}
 	if !proto.Equal(got, want) {
 		t.Errorf("%s:\n got %s\nwant %s", step, prototext.Format(got), prototext.Format(want))
@@ -253,6 +258,15 @@ func TestQuickstart(t *testing.T) {
 		}
 		for i, s := range steps {
 			resp := h.call(t, request("llm", desc("user", "alice", "route", s.route)))
+			if i == 0 {
+				ietf := map[string]string{}
+				for _, h := range resp.ResponseHeadersToAdd {
+					ietf[h.Key] = h.Value
+				}
+				if ietf["ratelimit"] != `"llm-budget";r=9;t=1` || ietf["ratelimit-policy"] != `"llm-budget";q=10;w=5` {
+					t.Errorf("first chat: RateLimit %q, RateLimit-Policy %q", ietf["ratelimit"], ietf["ratelimit-policy"])
+				}
+			}
 			expect(t, fmt.Sprintf("step %d %s", i, s.route), resp, ok,
 				hdrs("x-ratelimit-limit", "10", "x-ratelimit-remaining", fmt.Sprint(s.remaining), "x-ratelimit-reset", fmt.Sprint(ceil(s.reset))),
 				limited(ok, "llm-budget", 10, second, 5, s.remaining, s.reset))
@@ -292,6 +306,32 @@ func TestQuickstart(t *testing.T) {
 			hdrs("x-ratelimit-limit", "5", "x-ratelimit-remaining", "0", "x-ratelimit-reset", "5", "retry-after", "1"),
 			limited(over, "hard-cap", 5, second, 5, 0, 5*time.Second))
 	})
+}
+
+// withoutIETF checks that headers carry RateLimit and RateLimit-Policy
+// fields agreeing with their x-ratelimit-* headers, and returns the others.
+func withoutIETF(t *testing.T, step string, headers []*corepb.HeaderValue) []*corepb.HeaderValue {
+	t.Helper()
+	if len(headers) == 0 {
+		return headers
+	}
+	values := map[string]string{}
+	var rest []*corepb.HeaderValue
+	for _, h := range headers {
+		values[h.Key] = h.Value
+		if h.Key != "ratelimit" && h.Key != "ratelimit-policy" {
+			rest = append(rest, h)
+		}
+	}
+	name, fields, _ := strings.Cut(values["ratelimit"], ";")
+	pname, pfields, _ := strings.Cut(values["ratelimit-policy"], ";")
+	q, w, _ := strings.Cut(strings.TrimPrefix(pfields, "q="), ";w=")
+	if !strings.HasPrefix(name, `"`) || name != pname ||
+		fields != "r="+values["x-ratelimit-remaining"]+";t="+values["x-ratelimit-reset"] ||
+		q != values["x-ratelimit-limit"] || w == "" || w == "0" {
+		t.Errorf("%s: ratelimit %q and ratelimit-policy %q disagree with %v", step, values["ratelimit"], values["ratelimit-policy"], values)
+	}
+	return rest
 }
 
 func ceil(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

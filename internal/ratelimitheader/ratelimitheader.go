@@ -1,0 +1,162 @@
+// Package ratelimitheader is the one model of the rate-limit headers that
+// tokenlimit's transports send: computed once from a decision (Of), then
+// rendered as HTTP headers (SetHTTP, the API and the middleware), as name
+// and value pairs (Pairs, Envoy's response_headers_to_add and gRPC
+// metadata) or as OpenAI's and Anthropic's per-unit headers (SetOpenAI,
+// SetAnthropic, the LLM proxy). Every transport therefore
+// rounds alike and agrees on when Retry-After is sent.
+//
+// The fields, for the limit that constrains the request most:
+//
+//	Retry-After            whole seconds until the cost fits, rounded up, at least 1 (denied only)
+//	X-RateLimit-Limit      the limit's capacity
+//	X-RateLimit-Remaining  the cost it still admits now
+//	X-RateLimit-Reset      whole seconds until it is whole again, rounded up
+//	RateLimit              "<name>";r=<remaining>;t=<reset seconds>
+//	RateLimit-Policy       "<name>";q=<capacity>;w=<window seconds>
+//
+// RateLimit and RateLimit-Policy follow draft-ietf-httpapi-ratelimit-headers.
+// Retry-After is left out when the cost exceeds the limit: waiting cannot
+// help.
+package ratelimitheader
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// Fields are the rate-limit fields of one limit's answer.
+type Fields struct {
+	// Name names the limit in RateLimit and RateLimit-Policy.
+	Name string
+	// Limit is the limit's capacity; Remaining the cost it still admits.
+	Limit, Remaining int64
+	// ResetAfter is how long until the budget is whole again.
+	ResetAfter time.Duration
+	// RetryAfter is how long until the cost fits: set only when the request
+	// was denied and waiting can help, 0 otherwise.
+	RetryAfter time.Duration
+	// Denied reports that the request was denied.
+	Denied bool
+	// Window is the policy's window (see tokenlimit.Limit.Window); 0 when
+	// unknown, and then RateLimit-Policy is left out.
+	Window time.Duration
+}
+
+// Of returns the fields of result r of the limit named name, whose window
+// is window (0 if unknown), for a request that was denied or not.
+func Of(name string, r tokenlimit.Result, denied bool, window time.Duration) Fields {
+	f := Fields{Name: name, Limit: r.Limit, Remaining: r.Remaining, ResetAfter: r.ResetAfter, Denied: denied, Window: window}
+	if denied && !r.CostExceedsLimit {
+		f.RetryAfter = max(r.RetryAfter, time.Nanosecond)
+	}
+	return f
+}
+
+// Seconds is d in whole seconds rounded up, 0 for d <= 0.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Canonical header names, as http.Header keys them.
+const (
+	RetryAfter          = "Retry-After"
+	XRateLimitLimit     = "X-Ratelimit-Limit"
+	XRateLimitRemaining = "X-Ratelimit-Remaining"
+	XRateLimitReset     = "X-Ratelimit-Reset"
+	RateLimit           = "Ratelimit"
+	RateLimitPolicy     = "Ratelimit-Policy"
+)
+
+// Pair is one header: its canonical name and its value.
+type Pair struct{ Name, Value string }
+
+// Pairs renders f as headers, in the order of the package comment's table
+// (Retry-After last).
+func (f Fields) Pairs() []Pair {
+	limit := strconv.FormatInt(f.Limit, 10)
+	remaining := strconv.FormatInt(f.Remaining, 10)
+	reset := strconv.FormatInt(Seconds(f.ResetAfter), 10)
+	name := sfString(f.Name)
+	p := make([]Pair, 0, 6)
+	p = append(p,
+		Pair{XRateLimitLimit, limit},
+		Pair{XRateLimitRemaining, remaining},
+		Pair{XRateLimitReset, reset},
+		Pair{RateLimit, name + ";r=" + remaining + ";t=" + reset},
+	)
+	if f.Window > 0 {
+		p = append(p, Pair{RateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(max(1, Seconds(f.Window)), 10)})
+	}
+	if f.RetryAfter > 0 {
+		p = append(p, Pair{RetryAfter, strconv.FormatInt(max(1, Seconds(f.RetryAfter)), 10)})
+	}
+	return p
+}
+
+// SetHTTP sets f's headers in h. Keys are set directly, already canonical:
+// http.Header.Set would canonicalise each name again on every answer.
+func (f Fields) SetHTTP(h http.Header) {
+	for _, p := range f.Pairs() {
+		h[p.Name] = []string{p.Value}
+	}
+}
+
+// SetOpenAI sets OpenAI's X-Ratelimit-{Limit,Remaining,Reset}-<unit> from
+// f, unit being "Requests" or "Tokens". The reset is a Go duration rounded
+// up to the millisecond ("6m0s", "1.5s", "20ms"), as OpenAI writes it.
+func (f Fields) SetOpenAI(h http.Header, unit string) {
+	h.Set("X-Ratelimit-Limit-"+unit, strconv.FormatInt(f.Limit, 10))
+	h.Set("X-Ratelimit-Remaining-"+unit, strconv.FormatInt(f.Remaining, 10))
+	h.Set("X-Ratelimit-Reset-"+unit, CeilMillis(f.ResetAfter).String())
+}
+
+// SetAnthropic sets Anthropic's Anthropic-Ratelimit-<unit>-{Limit,
+// Remaining,Reset} from f, unit being "Requests" or "Tokens". The reset is
+// the time the budget is whole again, at + ResetAfter rounded up to the
+// second, in RFC 3339 UTC; at is when the store decided.
+func (f Fields) SetAnthropic(h http.Header, unit string, at time.Time) {
+	prefix := "Anthropic-Ratelimit-" + unit + "-"
+	h.Set(prefix+"Limit", strconv.FormatInt(f.Limit, 10))
+	h.Set(prefix+"Remaining", strconv.FormatInt(f.Remaining, 10))
+	reset := at.Add(f.ResetAfter)
+	if r := reset.Truncate(time.Second); r.Before(reset) {
+		reset = r.Add(time.Second)
+	}
+	h.Set(prefix+"Reset", reset.UTC().Format(time.RFC3339))
+}
+
+// CeilMillis rounds d up to a whole millisecond.
+func CeilMillis(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// sfString quotes s as a Structured Field String (RFC 9651 §3.3.3): only
+// printable ASCII, with '"' and '\' escaped. Other bytes become '?'. Limit
+// names are plain ASCII already, so this only guards the syntax.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
