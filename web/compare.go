@@ -168,7 +168,7 @@ func replay(ctx context.Context, lim tokenlimit.Limit, reqs []patternRequest, wi
 			if err != nil {
 				return algoRun{}, err
 			}
-			run.Decisions[next] = compareDecision{Allowed: res.Allowed, Remaining: res.Remaining, RetryAfterMs: millis(res.RetryAfter)}
+			run.Decisions[next] = compareDecision{Allowed: res.Allowed, Remaining: res.Remaining, RetryAfterMs: httpx.Millis(res.RetryAfter)}
 		}
 		now = at(t)
 		res, err := limiter.AllowN(ctx, "compare", lim, 0)

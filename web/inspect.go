@@ -79,7 +79,7 @@ func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 func (d *dashboard) state(o service.Outcome, info service.LimitInfo, desc map[string]string) stateBody {
 	s := stateBody{
 		Name: o.Name, Key: o.Key, Algorithm: info.Algorithm, Shadow: o.Shadow,
-		Limit: o.Limit, Remaining: o.Remaining, Used: o.Limit - o.Remaining, ResetAfterMs: millis(o.ResetAfter),
+		Limit: o.Limit, Remaining: o.Remaining, Used: o.Limit - o.Remaining, ResetAfterMs: httpx.Millis(o.ResetAfter),
 	}
 	if l, ok := d.svc.LimitFor(o.Name, desc); ok {
 		s.Policy = l.String()

@@ -199,7 +199,7 @@ func (s *session) run(ctx context.Context, st *simState, lim tokenlimit.Limit, b
 func newEntry(n int, at time.Time, b simBody, r tokenlimit.Result) entry {
 	return entry{
 		N: n, AtMs: at.UnixMilli(), Kind: b.Kind, Cost: b.Cost, Allowed: r.Allowed,
-		Remaining: r.Remaining, RetryAfterMs: millis(r.RetryAfter), CostExceedsLimit: r.CostExceedsLimit,
+		Remaining: r.Remaining, RetryAfterMs: httpx.Millis(r.RetryAfter), CostExceedsLimit: r.CostExceedsLimit,
 	}
 }
 
@@ -211,7 +211,7 @@ func (s *session) peek(ctx context.Context, st *simState, lim tokenlimit.Limit, 
 		return simAnswer{}, err
 	}
 	res := d.Results[0]
-	ans.NowMs, ans.Limit, ans.Remaining, ans.ResetAfterMs = d.At.UnixMilli(), res.Limit, res.Remaining, millis(res.ResetAfter)
+	ans.NowMs, ans.Limit, ans.Remaining, ans.ResetAfterMs = d.At.UnixMilli(), res.Limit, res.Remaining, httpx.Millis(res.ResetAfter)
 	if level, ok := bucketLevel(lim, res); ok {
 		ans.Level = &level
 	}

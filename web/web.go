@@ -43,6 +43,9 @@ const (
 	MaxStreamDuration = 5 * time.Minute
 )
 
+// maxBodyBytes caps the bodies of the dashboard's endpoints.
+const maxBodyBytes = 16 << 10
+
 // Options configures the dashboard. The zero value serves everything but
 // the key inspector, with no live decision counts.
 type Options struct {

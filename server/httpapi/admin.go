@@ -28,7 +28,7 @@ func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
 	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		At     string        `json:"at"`
-		Limits []outcomeBody `json:"limits"`
+		Limits []httpx.Outcome `json:"limits"`
 	}{d.At.UTC().Format(time.RFC3339Nano), outcomesBody(d.Limits)})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
@@ -50,40 +49,12 @@ func (b checkBody) requests() ([]service.Request, bool, *httpx.Error) {
 	return reqs, false, nil
 }
 
-// decisionBody is the JSON answer to a check or a reservation.
-type decisionBody struct {
-	Allowed       bool          `json:"allowed"`
-	Unavailable   bool          `json:"unavailable,omitempty"`
-	ReservationID string        `json:"reservation_id,omitempty"`
-	Limits        []outcomeBody `json:"limits"`
-	Error         *httpx.Error  `json:"error,omitempty"`
-}
-
-// outcomeBody is one limit's answer. Times are milliseconds, rounded up.
-type outcomeBody struct {
-	Name             string `json:"name"`
-	Key              string `json:"key"`
-	Request          int    `json:"request"`
-	Shadow           bool   `json:"shadow"`
-	FailOpen         bool   `json:"fail_open"`
-	Allowed          bool   `json:"allowed"`
-	Limit            int64  `json:"limit"`
-	Remaining        int64  `json:"remaining"`
-	Cost             int64  `json:"cost"`
-	ResetMs          int64  `json:"reset_ms"`
-	RetryAfterMs     int64  `json:"retry_after_ms"`
-	CostExceedsLimit bool   `json:"cost_exceeds_limit,omitempty"`
-}
-
-func outcomesBody(limits []service.Outcome) []outcomeBody {
-	out := make([]outcomeBody, len(limits))
+func outcomesBody(limits []service.Outcome) []httpx.Outcome {
+	out := make([]httpx.Outcome, len(limits))
 	for i, o := range limits {
-		out[i] = outcomeBody{
-			Name: o.Name, Key: o.Key, Request: o.Request, Shadow: o.Shadow, FailOpen: o.FailOpen,
-			Allowed: o.Allowed, Limit: o.Limit, Remaining: o.Remaining, Cost: o.Cost,
-			ResetMs: ceilDiv(o.ResetAfter, time.Millisecond), RetryAfterMs: ceilDiv(o.RetryAfter, time.Millisecond),
-			CostExceedsLimit: o.CostExceedsLimit,
-		}
+		out[i] = httpx.OutcomeOf(o.Result)
+		out[i].Name, out[i].Key, out[i].Request, out[i].Cost = o.Name, o.Key, o.Request, o.Cost
+		out[i].Shadow, out[i].FailOpen = o.Shadow, o.FailOpen
 	}
 	return out
 }
@@ -111,8 +82,8 @@ func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []se
 }
 
 // bodyOf is the JSON answer to d.
-func bodyOf(d service.Decision) decisionBody {
-	body := decisionBody{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
+func bodyOf(d service.Decision) httpx.Decision {
+	body := httpx.Decision{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
 	if d.Unavailable {
 		body.Error = &httpx.Error{Message: unavailableMessage}
 	}
@@ -216,12 +187,4 @@ func (a *api) serviceError(ctx context.Context, op string, err error, single boo
 		a.log.ErrorContext(ctx, "service call failed", "op", op, "error", redact.Error(err))
 	}
 	return e
-}
-
-// ceilDiv is d/unit rounded up, 0 for d <= 0.
-func ceilDiv(d, unit time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + unit - 1) / unit)
 }
