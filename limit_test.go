@@ -405,4 +405,3 @@ func TestLimitWindow(t *testing.T) {
 		}
 	}
 }
-

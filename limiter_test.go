@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,8 +128,34 @@ func TestLimiterCheckWrapsInvalidInput(t *testing.T) {
 	if got := fieldOf(t, err); got != "items[1].quota" {
 		t.Errorf("error names %q (%v), want items[1].quota", got, err)
 	}
-	if _, err := lim.AllowN(context.Background(), "a", tokenlimit.FixedWindowLimit(5, time.Second), -1); !errors.Is(err, tokenlimit.ErrInvalid) {
-		t.Errorf("AllowN with cost -1: %v, want ErrInvalid", err)
+	// A single-item call names its own arguments, not items[0].
+	for _, tt := range []struct {
+		key   string
+		limit tokenlimit.Limit
+		cost  int64
+		field string
+	}{
+		{"a", tokenlimit.FixedWindowLimit(5, time.Second), -1, "cost"},
+		{"", tokenlimit.FixedWindowLimit(5, time.Second), 1, "key"},
+		{"a", tokenlimit.FixedWindowLimit(0, time.Second), 1, "quota"},
+	} {
+		_, err := lim.AllowN(context.Background(), tt.key, tt.limit, tt.cost)
+		if got := fieldOf(t, err); got != tt.field || !strings.HasPrefix(err.Error(), "tokenlimit: ") {
+			t.Errorf("AllowN(%q, %s, %d): %v naming %q, want %q with the package prefix", tt.key, tt.limit, tt.cost, err, got, tt.field)
+		}
+	}
+}
+
+func TestDecideNReportsTheDecisionTime(t *testing.T) {
+	t.Parallel()
+	lim, _, clock := newTestLimiter(t)
+	clock.Advance(1234 * time.Millisecond)
+	r, at, err := lim.DecideN(context.Background(), "k", tokenlimit.FixedWindowLimit(5, time.Second), 2)
+	if err != nil || !r.Allowed || r.Remaining != 3 || !at.Equal(t0.Add(1234*time.Millisecond)) {
+		t.Errorf("DecideN = %+v, %v, %v; want allowed with 3 left at t0+1.234s", r, at, err)
+	}
+	if _, at, err := lim.DecideN(context.Background(), "", tokenlimit.FixedWindowLimit(5, time.Second), 2); err == nil || !at.IsZero() {
+		t.Errorf("DecideN with no key: at %v, %v; want the zero time and an error", at, err)
 	}
 }
 

@@ -27,7 +27,7 @@ func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
-		At     string        `json:"at"`
+		At     string          `json:"at"`
 		Limits []httpx.Outcome `json:"limits"`
 	}{d.At.UTC().Format(time.RFC3339Nano), outcomesBody(d.Limits)})
 }
