@@ -81,33 +81,53 @@ type Pair struct{ Name, Value string }
 // Pairs renders f as headers, in the order of the package comment's table
 // (Retry-After last).
 func (f Fields) Pairs() []Pair {
-	limit := strconv.FormatInt(f.Limit, 10)
-	remaining := strconv.FormatInt(f.Remaining, 10)
-	reset := strconv.FormatInt(Seconds(f.ResetAfter), 10)
-	name := sfString(f.Name)
-	p := make([]Pair, 0, 6)
-	p = append(p,
-		Pair{XRateLimitLimit, limit},
-		Pair{XRateLimitRemaining, remaining},
-		Pair{XRateLimitReset, reset},
-		Pair{RateLimit, name + ";r=" + remaining + ";t=" + reset},
-	)
-	if f.Window > 0 {
-		p = append(p, Pair{RateLimitPolicy, name + ";q=" + limit + ";w=" + strconv.FormatInt(max(1, Seconds(f.Window)), 10)})
-	}
-	if f.RetryAfter > 0 {
-		p = append(p, Pair{RetryAfter, strconv.FormatInt(max(1, Seconds(f.RetryAfter)), 10)})
+	var values [6]string
+	names, n := f.render(&values)
+	p := make([]Pair, n)
+	for i := range n {
+		p[i] = Pair{names[i], values[i]}
 	}
 	return p
 }
 
-// SetHTTP sets f's headers in h. Keys are set directly, already canonical:
-// http.Header.Set would canonicalise each name again on every answer.
+// SetHTTP sets f's headers in h. Keys are set directly, already canonical
+// (http.Header.Set would canonicalise each name again on every answer), and
+// the values share one backing array.
 func (f Fields) SetHTTP(h http.Header) {
-	for _, p := range f.Pairs() {
-		h[p.Name] = []string{p.Value}
+	values := new([6]string)
+	names, n := f.render(values)
+	for i := range n {
+		h[names[i]] = values[i : i+1 : i+1]
 	}
 }
+
+// render writes f's header values into values and returns their names and
+// count.
+func (f Fields) render(values *[6]string) (*[6]string, int) {
+	limit := strconv.FormatInt(f.Limit, 10)
+	remaining := strconv.FormatInt(f.Remaining, 10)
+	reset := strconv.FormatInt(Seconds(f.ResetAfter), 10)
+	name := sfString(f.Name)
+	*values = [6]string{limit, remaining, reset, name + ";r=" + remaining + ";t=" + reset}
+	n := 4
+	names := &allNames
+	if f.Window > 0 {
+		values[n] = name + ";q=" + limit + ";w=" + strconv.FormatInt(max(1, Seconds(f.Window)), 10)
+		n++
+	} else {
+		names = &noPolicyNames
+	}
+	if f.RetryAfter > 0 {
+		values[n] = strconv.FormatInt(max(1, Seconds(f.RetryAfter)), 10)
+		n++
+	}
+	return names, n
+}
+
+var (
+	allNames      = [6]string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset, RateLimit, RateLimitPolicy, RetryAfter}
+	noPolicyNames = [6]string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset, RateLimit, RetryAfter}
+)
 
 // SetOpenAI sets OpenAI's X-Ratelimit-{Limit,Remaining,Reset}-<unit> from
 // f, unit being "Requests" or "Tokens". The reset is a Go duration rounded
