@@ -156,6 +156,34 @@ type Store interface {
 	Reset(ctx context.Context, key string, alg Algorithm) error
 }
 
+// StoreInfo is what a store says about itself.
+type StoreInfo struct {
+	// Name names the kind of store in health answers and logs, such as
+	// "memory" or "redis".
+	Name string
+	// Remote is true for a store reached over the network (Redis): its calls
+	// can be slow or fail, so a service bounds each with a timeout, guards
+	// them with a circuit breaker and applies its limits' failure modes.
+	Remote bool
+}
+
+// Describer is implemented by stores that describe themselves; both stores
+// of this module do. A store that does not is treated as remote.
+type Describer interface {
+	// Describe returns the store's StoreInfo; it never changes.
+	Describe() StoreInfo
+}
+
+// Describe returns what st says about itself, or, for a store that is not
+// a Describer, StoreInfo{Name: "custom", Remote: true}: with no word from
+// the store, the safe assumption is that its calls can hang or fail.
+func Describe(st Store) StoreInfo {
+	if d, ok := st.(Describer); ok {
+		return d.Describe()
+	}
+	return StoreInfo{Name: "custom", Remote: true}
+}
+
 // LogEntry is one charge a sliding log holds: when it was taken and how
 // much (a refund is a negative entry at the time of the charge it refunds).
 type LogEntry struct {

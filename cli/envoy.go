@@ -123,7 +123,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, storeName, closeStore, err := openStore(f.storeFlags)
+	store, closeStore, err := openStore(f.storeFlags)
 	if err != nil {
 		return err
 	}
@@ -161,7 +161,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 		}
 	}
 	log.Info("serving envoyproxy/ratelimit compatibility mode", "config", dir.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits),
-		"store", storeName)
+		"store", tokenlimit.Describe(store).Name)
 	go dir.watch(ctx, f.reloadEvery, engine, log)
 	<-ctx.Done()
 	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)

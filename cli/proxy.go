@@ -81,6 +81,9 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if f.config == "" {
 		return fmt.Errorf("--config: a configuration file is required, such as examples/proxy.yaml: %w", errUsage)
 	}
+	if err := f.storeFlags.validate(f.reloadEvery); err != nil {
+		return err
+	}
 	upstream, err := parseUpstream("--upstream", f.upstream)
 	if err != nil {
 		return err

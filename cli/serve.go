@@ -45,6 +45,22 @@ func (f *storeFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
 }
 
+// validate refuses values that cannot work, naming the flag: a timeout or
+// a bound of zero or less, and a negative reloadEvery (--reload-every, of
+// the command that has the store flags; 0 turns the polling off).
+func (f *storeFlags) validate(reloadEvery time.Duration) error {
+	if f.storeTimeout <= 0 {
+		return fmt.Errorf("--store-timeout: must be positive, got %s: %w", f.storeTimeout, errUsage)
+	}
+	if f.maxKeys <= 0 {
+		return fmt.Errorf("--max-keys: must be positive, got %d: %w", f.maxKeys, errUsage)
+	}
+	if reloadEvery < 0 {
+		return fmt.Errorf("--reload-every: must not be negative (0: only on SIGHUP), got %s: %w", reloadEvery, errUsage)
+	}
+	return nil
+}
+
 // serveFlags are serve's options.
 type serveFlags struct {
 	storeFlags
@@ -76,6 +92,9 @@ rejected and the running limits stay.`,
 				if err := applyEnvoyEnv(&f, cmd.Flags(), os.Getenv); err != nil {
 					return fmt.Errorf("--envoy-env: %w", err)
 				}
+			}
+			if err := f.storeFlags.validate(f.reloadEvery); err != nil {
+				return err
 			}
 			if f.envoyConfig != "" {
 				if cmd.Flags().Changed("config") {
@@ -222,14 +241,14 @@ func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 // registry holding the service's metrics and Go's. Call the returned
 // function to close the store.
 func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *prometheus.Registry, func(), error) {
-	store, storeName, closeStore, err := openStore(f)
+	store, closeStore, err := openStore(f)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := service.New(cfg, service.Options{
-		Store: store, StoreName: storeName, Remote: f.redis != "", StoreTimeout: f.storeTimeout,
+		Store: store, StoreTimeout: f.storeTimeout,
 		Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -240,30 +259,31 @@ func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Se
 }
 
 // openStore returns the embedded store, or a Redis store through rueidis
-// (see docs/dependencies.md for why rueidis).
-func openStore(f storeFlags) (tokenlimit.Store, string, func(), error) {
+// (see docs/dependencies.md for why rueidis). The store describes itself
+// (tokenlimit.Describe).
+func openStore(f storeFlags) (tokenlimit.Store, func(), error) {
 	if f.redis == "" {
 		st, err := memstore.New(memstore.Options{MaxKeys: f.maxKeys})
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("--max-keys: %w", err)
+			return nil, nil, fmt.Errorf("--max-keys: %w", err)
 		}
-		return st, "memory", func() {}, nil
+		return st, func() {}, nil
 	}
 	opt, err := rueidis.ParseURL(f.redis)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("--redis %q: %w", f.redis, err)
+		return nil, nil, fmt.Errorf("--redis %q: %w", f.redis, err)
 	}
 	opt.DisableCache = true
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("--redis %q: %w", f.redis, err)
+		return nil, nil, fmt.Errorf("--redis %q: %w", f.redis, err)
 	}
 	// On Cluster, a request's limits may lie in several slots: decide them
 	// slot by slot, refunding on a denial (see redisstore.Options.Cluster).
 	st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{Cluster: client.Mode() == rueidis.ClientModeCluster})
 	if err != nil {
 		client.Close()
-		return nil, "", nil, err
+		return nil, nil, err
 	}
-	return st, "redis", client.Close, nil
+	return st, client.Close, nil
 }

@@ -55,7 +55,13 @@ type Store struct {
 	limits [limitSlots]atomic.Pointer[limitInfo]
 }
 
-var _ tokenlimit.Store = (*Store)(nil)
+var (
+	_ tokenlimit.Store     = (*Store)(nil)
+	_ tokenlimit.Describer = (*Store)(nil)
+)
+
+// Describe implements tokenlimit.Describer: "memory", in-process.
+func (s *Store) Describe() tokenlimit.StoreInfo { return tokenlimit.StoreInfo{Name: "memory"} }
 
 type shard struct {
 	mu sync.Mutex

@@ -102,7 +102,7 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 		if st, err = redisstore.New(goredisclient.New(client), redisstore.Options{}); err != nil {
 			b.Fatal(err)
 		}
-		opts.Store, opts.Remote = st, true
+		opts.Store = st
 	}
 	svc, err := service.New(cfg, opts)
 	if err != nil {

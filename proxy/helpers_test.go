@@ -133,7 +133,7 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, clock: &clock{t: t0}, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
-	opts := service.Options{Clock: e.clock.Now, StoreName: store, Logger: quiet}
+	opts := service.Options{Clock: e.clock.Now, Logger: quiet}
 	switch store {
 	case "memory":
 		st, err := memstore.New(memstore.Options{})
@@ -149,7 +149,7 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.Store, opts.Remote, opts.StoreTimeout = st, true, 10*time.Second
+		opts.Store, opts.StoreTimeout = st, 10*time.Second
 	}
 	if s.store != nil {
 		opts.Store = s.store(opts.Store)
@@ -287,6 +287,10 @@ type failingStore struct {
 }
 
 var errStoreDown = errors.New("store down")
+
+// Describe says what the wrapped store says: the service treats the
+// failing store as it would the real one.
+func (f *failingStore) Describe() tokenlimit.StoreInfo { return tokenlimit.Describe(f.Store) }
 
 func (f *failingStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	if f.fail.Load() {

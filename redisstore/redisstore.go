@@ -86,7 +86,15 @@ type Store struct {
 	entries           script
 }
 
-var _ tokenlimit.Store = (*Store)(nil)
+var (
+	_ tokenlimit.Store     = (*Store)(nil)
+	_ tokenlimit.Describer = (*Store)(nil)
+)
+
+// Describe implements tokenlimit.Describer: "redis", remote.
+func (s *Store) Describe() tokenlimit.StoreInfo {
+	return tokenlimit.StoreInfo{Name: "redis", Remote: true}
+}
 
 // New returns a store that runs its scripts through client.
 func New(client Scripter, opts Options) (*Store, error) {

@@ -90,7 +90,7 @@ func (s *Service) attachEntries(ctx context.Context, d Decision, checks []check)
 	if !ok {
 		return nil
 	}
-	if s.opts.Remote {
+	if s.store.Remote {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
 		defer cancel()

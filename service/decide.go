@@ -86,7 +86,7 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 		}
 		return s.limiter.Check(ctx, items(checks)...)
 	}
-	if !s.opts.Remote {
+	if !s.store.Remote {
 		d, err = call(ctx)
 		switch {
 		case errors.Is(err, tokenlimit.ErrInvalid):

@@ -81,7 +81,7 @@ func testRedisOutage(t *testing.T, client string) {
 	clk := newClock(t0)
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(parseConfig(t, outageConfig), service.Options{
-		Store: st, StoreName: "redis", Remote: true, Clock: clk.Now, Registerer: reg, Logger: quiet,
+		Store: st, Clock: clk.Now, Registerer: reg, Logger: quiet,
 		StoreTimeout: 50 * time.Millisecond, BreakerThreshold: 3, BreakerCooldown: breakerCooldown,
 	})
 	if err != nil {

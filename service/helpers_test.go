@@ -96,7 +96,7 @@ func newEnv(t *testing.T, store, yml string, start time.Time, edit ...func(*serv
 	t.Helper()
 	cfg := parseConfig(t, yml)
 	e := &env{t: t, clock: newClock(start), reg: prometheus.NewRegistry()}
-	opts := service.Options{Clock: e.clock.Now, Registerer: e.reg, StoreName: store, Logger: quiet}
+	opts := service.Options{Clock: e.clock.Now, Registerer: e.reg, Logger: quiet}
 	switch store {
 	case "memory":
 		st, err := memstore.New(memstore.Options{})
@@ -107,7 +107,6 @@ func newEnv(t *testing.T, store, yml string, start time.Time, edit ...func(*serv
 	case "redis":
 		e.redis = redistest.Start(t)
 		opts.Store = newRedisStore(t, e.redis.Addr())
-		opts.Remote = true
 		opts.StoreTimeout = 10 * time.Second
 	default:
 		t.Fatalf("unknown store %q", store)

@@ -189,7 +189,7 @@ limits:
 		t.Fatal(err)
 	}
 	e := newEnv(t, "memory", yml, t0, func(o *service.Options) {
-		o.Store, o.Remote, o.StoreName, o.StoreTimeout = st, true, "redis", 10*time.Second
+		o.Store, o.StoreTimeout = st, 10*time.Second
 	})
 	e.check(D{"user": "alice", "model": "gpt-4o"}, 1) // loads the scripts
 	for i := range cluster.Addrs() {

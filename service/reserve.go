@@ -212,7 +212,7 @@ func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation,
 			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
 		}
 	}
-	if s.opts.Remote {
+	if s.store.Remote {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
 		defer cancel()

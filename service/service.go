@@ -25,16 +25,15 @@ import (
 // Options configures a Service. Store is required; zero values of the rest
 // take the defaults documented on each field.
 type Options struct {
-	// Store is where budgets live: a memstore or a redisstore.
+	// Store is where budgets live: a memstore or a redisstore. The store
+	// describes itself (tokenlimit.Describe): only for a remote one do the
+	// timeout, the circuit breaker and failure modes apply; a store that is
+	// not a tokenlimit.Describer counts as remote.
 	Store tokenlimit.Store
-	// StoreName describes the store for health answers ("memory", "redis").
-	StoreName string
-	// Remote reports whether the store is remote (Redis): only then do
-	// timeouts, the circuit breaker and failure modes apply.
-	Remote bool
 	// Clock is the service's time; time.Now when nil.
 	Clock func() time.Time
 	// StoreTimeout bounds every call to a remote store. Default 50ms.
+	// Negative durations and sizes, here and below, are refused by New.
 	StoreTimeout time.Duration
 	// BreakerThreshold consecutive store failures open the circuit breaker
 	// for BreakerCooldown. Defaults 5 and 1s.
@@ -58,6 +57,7 @@ type Options struct {
 // Service answers rate-limit questions. It is safe for concurrent use.
 type Service struct {
 	opts     Options
+	store    tokenlimit.StoreInfo
 	limiter  *tokenlimit.Limiter
 	local    *tokenlimit.Limiter // fail-open budgets while the store fails
 	breaker  *breaker.Breaker
@@ -74,8 +74,11 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if cfg == nil || opts.Store == nil {
 		return nil, errors.New("service: New needs a configuration and a store")
 	}
+	if err := validate(opts); err != nil {
+		return nil, err
+	}
 	opts = withDefaults(opts)
-	s := &Service{opts: opts, log: opts.Logger, overLimit: newOverLimit()}
+	s := &Service{opts: opts, store: tokenlimit.Describe(opts.Store), log: opts.Logger, overLimit: newOverLimit()}
 	var err error
 	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock)); err != nil {
 		return nil, err
@@ -97,6 +100,27 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	s.reserves = newReservations(opts.Clock, opts.ReservationTTL, opts.MaxReservations)
 	s.rules.Store(compile(cfg, 1))
 	return s, nil
+}
+
+// validate refuses negative options, naming the option.
+func validate(o Options) error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"StoreTimeout", o.StoreTimeout}, {"BreakerCooldown", o.BreakerCooldown}, {"ReservationTTL", o.ReservationTTL}} {
+		if d.v < 0 {
+			return fmt.Errorf("service: New: %s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"BreakerThreshold", o.BreakerThreshold}, {"MaxDescriptorLength", o.MaxDescriptorLength}, {"MaxReservations", o.MaxReservations}} {
+		if n.v < 0 {
+			return fmt.Errorf("service: New: %s must not be negative, got %d", n.name, n.v)
+		}
+	}
+	return nil
 }
 
 func withDefaults(o Options) Options {
@@ -123,9 +147,6 @@ func withDefaults(o Options) Options {
 	}
 	if o.MaxReservations == 0 {
 		o.MaxReservations = 100_000
-	}
-	if o.StoreName == "" {
-		o.StoreName = "memory"
 	}
 	return o
 }
@@ -167,7 +188,7 @@ type Health struct {
 // cooldown has passed, it probes the store itself (one peek), so that a
 // replica with no traffic still notices that Redis came back.
 func (s *Service) Health() Health {
-	if s.opts.Remote && s.breaker.State() != breaker.Closed {
+	if s.store.Remote && s.breaker.State() != breaker.Closed {
 		if ticket, ok := s.breaker.Allow(); ok {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 			peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
@@ -177,7 +198,7 @@ func (s *Service) Health() Health {
 		}
 	}
 	st := s.breaker.State()
-	return Health{Store: s.opts.StoreName, Breaker: st.String(), Degraded: st != breaker.Closed}
+	return Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed}
 }
 
 // Request is one set of descriptors to check, with the request's own cost.

@@ -2,9 +2,11 @@ package service_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -123,5 +125,71 @@ limits:
 	clock.t = clock.t.Add(time.Minute) // the unsettled leases end: a crashed holder frees its slot
 	if !reserve("g") {
 		t.Fatal("a slot whose lease ended was not reusable")
+	}
+}
+
+// TestStoreDescribesItself: the service learns from the store whether it is
+// remote and what to call it; a store that says nothing counts as remote,
+// so a call that hangs is cut at StoreTimeout and the limits fail over.
+func TestStoreDescribesItself(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 5/h
+`
+	eachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		if h := e.svc.Health(); h.Store != store {
+			t.Errorf("Health().Store = %q, want %q", h.Store, store)
+		}
+	})
+	t.Run("silent store", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "memory", yml, t0, func(o *service.Options) {
+			o.Store = hangingStore{o.Store}
+			o.StoreTimeout = 10 * time.Millisecond
+		})
+		if h := e.svc.Health(); h.Store != "custom" {
+			t.Errorf("Health().Store = %q, want custom", h.Store)
+		}
+		d := e.check(D{"user": "a"}, 1)
+		if !d.Allowed || len(d.Limits) != 1 || !d.Limits[0].FailOpen {
+			t.Errorf("a hanging store that says nothing: %s, want allowed on the fail-open local budget after StoreTimeout", describe(d))
+		}
+	})
+}
+
+// hangingStore answers no Check until its context ends, and does not say
+// what it is.
+type hangingStore struct{ tokenlimit.Store }
+
+func (hangingStore) Check(ctx context.Context, now time.Time, _ []tokenlimit.Item, _ []tokenlimit.Result) (time.Time, error) {
+	<-ctx.Done()
+	return now, ctx.Err()
+}
+
+// TestNegativeOptions: New refuses every negative duration and size,
+// naming the option.
+func TestNegativeOptions(t *testing.T) {
+	t.Parallel()
+	cfg := parseConfig(t, "limits:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5/h}\n")
+	st, _ := memstore.New(memstore.Options{})
+	for name, edit := range map[string]func(*service.Options){
+		"StoreTimeout":        func(o *service.Options) { o.StoreTimeout = -time.Second },
+		"BreakerCooldown":     func(o *service.Options) { o.BreakerCooldown = -1 },
+		"ReservationTTL":      func(o *service.Options) { o.ReservationTTL = -time.Minute },
+		"BreakerThreshold":    func(o *service.Options) { o.BreakerThreshold = -1 },
+		"MaxDescriptorLength": func(o *service.Options) { o.MaxDescriptorLength = -1 },
+		"MaxReservations":     func(o *service.Options) { o.MaxReservations = -1 },
+	} {
+		opts := service.Options{Store: st}
+		edit(&opts)
+		_, err := service.New(cfg, opts)
+		if err == nil || !strings.Contains(err.Error(), name+" must not be negative") {
+			t.Errorf("%s negative: New error %v, want one naming %s", name, err, name)
+		}
 	}
 }

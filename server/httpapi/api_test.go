@@ -223,6 +223,12 @@ type failingStore struct {
 
 var errDown = errors.New("connection refused")
 
+// Describe makes the service treat the failing store as a Redis store
+// (remote: timeouts, the breaker and failure modes apply).
+func (f *failingStore) Describe() tokenlimit.StoreInfo {
+	return tokenlimit.StoreInfo{Name: "redis", Remote: true}
+}
+
 func (f *failingStore) fail(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -272,12 +278,11 @@ limits:
 func TestStoreFailing(t *testing.T) {
 	t.Parallel()
 	store := &failingStore{Store: memBackend().store(t)}
-	b := backend{name: "failing", remote: true}
+	b := backend{name: "failing"}
 	e := newEnv(t, b, setup{config: failureModesConfig, store: store, opts: httpapi.Options{AdminToken: "tok"},
 		svc: func(o *service.Options) {
 			o.BreakerThreshold = 1
 			o.BreakerCooldown = time.Second
-			o.StoreName = "redis"
 		}})
 	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "a", "route": "/v1/pay"}}`), http.StatusOK)
 	store.fail(true)
@@ -345,7 +350,7 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 	// budget keys hold only its digest.
 	var failLog syncBuffer
 	store := &failingStore{Store: memBackend().store(t)}
-	f := newEnv(t, backend{name: "failing", remote: true}, setup{config: allDescriptorsConfig, store: store,
+	f := newEnv(t, backend{name: "failing"}, setup{config: allDescriptorsConfig, store: store,
 		opts: httpapi.Options{Logger: slog.New(slog.NewJSONHandler(&failLog, nil)), AdminToken: "tok"}})
 	store.fail(true)
 	desc := `{"descriptors": {"api_key": "` + key + `", "user": "u", "model": "m", "tenant": "t", "route": "/r", "ip": "192.0.2.1"}}`

@@ -48,11 +48,10 @@ func (c *clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// backend makes a store for one test, and says whether it is remote.
+// backend makes a store for one test.
 type backend struct {
-	name   string
-	remote bool
-	store  func(t *testing.T) tokenlimit.Store
+	name  string
+	store func(t *testing.T) tokenlimit.Store
 }
 
 func memBackend() backend {
@@ -70,7 +69,7 @@ var prefixes atomic.Int64
 // redisBackend opens stores on srv, each with its own key prefix and client,
 // in caller-time mode so that the test's fake clock decides.
 func redisBackend(srv *redistest.Server) backend {
-	return backend{name: "redis", remote: true, store: func(t *testing.T) tokenlimit.Store {
+	return backend{name: "redis", store: func(t *testing.T) tokenlimit.Store {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 		if err != nil {
 			t.Fatalf("rueidis: %v", err)
@@ -119,7 +118,7 @@ func newEnv(t *testing.T, b backend, s setup) *env {
 	if store == nil {
 		store = b.store(t)
 	}
-	so := service.Options{Store: store, Remote: b.remote, Clock: c.Now, StoreTimeout: 5 * time.Second, Logger: quiet()}
+	so := service.Options{Store: store, Clock: c.Now, StoreTimeout: 5 * time.Second, Logger: quiet()}
 	if s.svc != nil {
 		s.svc(&so)
 	}

@@ -99,7 +99,7 @@ func start(t *testing.T, store string, cfg *config.Config, tweak ...func(*servic
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.Store, opts.StoreName, opts.Remote = st, "redis", true
+		opts.Store = st
 	default:
 		t.Fatalf("unknown store %q", store)
 	}

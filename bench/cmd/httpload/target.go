@@ -171,7 +171,6 @@ func startInProcess(cfg *config.Config, redisAddr string, streamWorkers int) (*t
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	var (
 		store      tokenlimit.Store
-		storeName  = "memory"
 		closeStore = func() {}
 	)
 	if redisAddr == "" {
@@ -190,11 +189,11 @@ func startInProcess(cfg *config.Config, redisAddr string, streamWorkers int) (*t
 			client.Close()
 			return nil, err
 		}
-		store, storeName, closeStore = st, "redis", client.Close
+		store, closeStore = st, client.Close
 	}
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(cfg, service.Options{
-		Store: store, StoreName: storeName, Remote: redisAddr != "", StoreTimeout: 50 * time.Millisecond,
+		Store: store, StoreTimeout: 50 * time.Millisecond,
 		Registerer: reg, Logger: log,
 	})
 	if err != nil {
