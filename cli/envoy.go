@@ -222,7 +222,7 @@ func applyEnvoyEnv(f *serveFlags, fl *pflag.FlagSet, getenv func(string) string)
 			errs = append(errs, fmt.Errorf("%s=%q: the compatibility mode supports only %s", name, v, want))
 		}
 	}
-	for _, name := range []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_PERSECOND"} {
+	for _, name := range []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "REDIS_PERSECOND", "RESPONSE_DYNAMIC_METADATA", "GRPC_SERVER_USE_TLS"} {
 		if boolean(name) {
 			errs = append(errs, fmt.Errorf("%s=true: not supported by the compatibility mode", name))
 		}

@@ -61,6 +61,13 @@ if [ ! -x "$gobin/service_cmd" ]; then
 	go install "$ENVOY_RATELIMIT_MODULE"
 fi
 echo "==> envoyproxy/ratelimit: $gobin/service_cmd"
+# grpcurl, pinned: the gRPC port's reflection test runs docs/rls.md's recipe.
+GRPCURL_MODULE=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3
+if [ ! -x "$gobin/grpcurl" ]; then
+	echo "==> grpcurl missing: go install $GRPCURL_MODULE"
+	go install "$GRPCURL_MODULE"
+fi
+echo "==> $("$gobin/grpcurl" --version 2>&1)"
 
 echo "==> go vet ./..."
 go vet ./...

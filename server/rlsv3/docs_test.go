@@ -15,13 +15,18 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// The Envoy bootstrap in docs/rls.md is valid for Envoy (its protos and
-// their validation rules) and sends the descriptors the quickstart limits
-// expect: domain llm, a user from a header, and routes the configuration
-// knows.
+// examples/envoy.yaml, which docs/rls.md shows unchanged, is valid for
+// Envoy (its protos and their validation rules) and sends the descriptors
+// the quickstart limits expect: domain llm, a user from a header, and
+// routes the configuration knows; its tokenlimit cluster is health checked
+// through grpc.health.v1.
 func TestDocsEnvoyBootstrap(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../../docs/rls.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../examples/envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +38,16 @@ func TestDocsEnvoyBootstrap(t *testing.T) {
 	block, _, ok := strings.Cut(rest, "```")
 	if !ok {
 		t.Fatal("docs/rls.md: no yaml block after the envoy-bootstrap marker")
+	}
+	var body []string // the example without its leading comment
+	for i, line := range strings.SplitAfter(string(example), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			body = strings.SplitAfter(string(example), "\n")[i:]
+			break
+		}
+	}
+	if strings.Join(body, "") != block {
+		t.Fatal("docs/rls.md's Envoy bootstrap differs from examples/envoy.yaml: copy the file into the block")
 	}
 	var tree any
 	if err := yaml.Unmarshal([]byte(block), &tree); err != nil {
@@ -101,6 +116,9 @@ func TestDocsEnvoyBootstrap(t *testing.T) {
 		if c.Name == "tokenlimit" {
 			if port := c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); port != 8081 {
 				t.Errorf("tokenlimit cluster: port %d, want 8081 (serve's --grpc-listen default)", port)
+			}
+			if len(c.HealthChecks) != 1 || c.HealthChecks[0].GetGrpcHealthCheck().GetServiceName() != "envoy.service.ratelimit.v3.RateLimitService" {
+				t.Errorf("tokenlimit cluster: health checks %v, want one gRPC health check of the rate limit service", c.HealthChecks)
 			}
 		}
 	}
