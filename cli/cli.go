@@ -49,7 +49,7 @@ func validateCommand() *cobra.Command {
 			}
 			cfg, err := config.Load(args[0])
 			if err != nil {
-				return err
+				return envoyHint(args[0], err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid, %d limits\n", args[0], len(cfg.Limits))
 			return nil

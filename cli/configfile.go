@@ -29,10 +29,11 @@ func (c *configFile) load() (*config.Config, error) {
 	}
 	data, err := os.ReadFile(c.path)
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, envoyHint(c.path, fmt.Errorf("config: %w", err))
 	}
 	c.last = sha256.Sum256(data)
-	return config.Parse(data, c.path)
+	cfg, err := config.Parse(data, c.path)
+	return cfg, envoyHint(c.path, err)
 }
 
 // changed reports whether the file's content differs from what load read

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -398,3 +399,23 @@ func writeMigration(w io.Writer, dir string, m envoycompat.Migration) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// envoyHint adds, to an error loading path as a native configuration, a
+// pointer to --envoy-config when path is a directory or a file in
+// envoyproxy/ratelimit's format.
+func envoyHint(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+		return fmt.Errorf("%w (a directory of envoyproxy/ratelimit files? use --envoy-config %s)", err, path)
+	}
+	data, rerr := os.ReadFile(path)
+	if rerr == nil && envoyFormat.Match(data) {
+		return fmt.Errorf("%w\n%s looks like an envoyproxy/ratelimit file: load its directory with --envoy-config %s", err, path, filepath.Dir(path))
+	}
+	return err
+}
+
+// envoyFormat matches a file with envoyproxy/ratelimit's top-level domain.
+var envoyFormat = regexp.MustCompile(`(?m)^domain:`)

@@ -187,6 +187,14 @@ func TestValidateAndMigrateEnvoy(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "limits.yaml:1: limits: this is a tokenlimit configuration file") {
 		t.Errorf("validate of a mixed directory: %v", err)
 	}
+	err = Run(context.Background(), []string{"validate", filepath.Join(dir, "config.yaml")}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "looks like an envoyproxy/ratelimit file: load its directory with --envoy-config "+dir) {
+		t.Errorf("native validate of an envoy file: %v", err)
+	}
+	err = Run(context.Background(), []string{"validate", dir}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "use --envoy-config "+dir) {
+		t.Errorf("native validate of a directory: %v", err)
+	}
 	err = Run(context.Background(), []string{"serve", "--envoy-config", dir, "--config", filepath.Join(dir, "limits.yaml")}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--config and --envoy-config") {
 		t.Errorf("serve with both: %v", err)
