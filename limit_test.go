@@ -2,6 +2,7 @@ package tokenlimit_test
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -403,5 +404,32 @@ func TestLimitWindow(t *testing.T) {
 		if got := c.limit.Window(); got != c.want {
 			t.Errorf("%s: Window() = %s, want %s", c.limit, got, c.want)
 		}
+	}
+}
+
+// TestREADMEIsAnExample checks that the README's engine example is the body
+// of readme in example_test.go, which Example runs.
+func TestREADMEIsAnExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(readme), "## The engine in one example")
+	_, block, _ := strings.Cut(after, "```go\n")
+	block, _, _ = strings.Cut(block, "```\n")
+	example, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var indented strings.Builder
+	for line := range strings.Lines(block) {
+		if line != "\n" {
+			indented.WriteString("\t")
+		}
+		indented.WriteString(line)
+	}
+	if block == "" || !strings.Contains(string(example), "func readme(ctx context.Context) error {\n"+indented.String()+"}\n") {
+		t.Errorf("the README's engine example is not the body of readme in example_test.go:\n%s", block)
 	}
 }

@@ -1,0 +1,108 @@
+package tokenlimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/memstore"
+)
+
+// stopped is a clock that never moves, so that the examples' outputs are
+// exact; leave tokenlimit.WithClock out to use time.Now.
+func stopped() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+
+// readme is the README's engine example, verbatim (TestREADMEIsAnExample
+// checks): a token bucket, several limits at once, and an LLM call reserved
+// at an estimate and settled at its real usage.
+func readme(ctx context.Context) error {
+	store, _ := memstore.New(memstore.Options{}) // or redisstore.New(rueidisclient.New(client), redisstore.Options{})
+	limiter, _ := tokenlimit.NewLimiter(store)
+
+	bucket := tokenlimit.TokenBucketLimit(10, 2, time.Second) // capacity 10, refills 2 per second
+	res, err := limiter.AllowN(ctx, "user=alice", bucket, 3)  // an embedding costs 3
+	if err != nil {
+		return err // the store failed or the input was invalid
+	}
+	if !res.Allowed {
+		return fmt.Errorf("429, Retry-After: %s", res.RetryAfter)
+	}
+
+	// Several limits at once, all or nothing: if any denies, none is charged.
+	d, err := limiter.Check(ctx,
+		tokenlimit.Item{Key: "{key=k1}", Limit: bucket, Cost: 3},
+		tokenlimit.Item{Key: "{key=k1}:daily", Limit: tokenlimit.FixedWindowLimit(100_000, 24*time.Hour), Cost: 3},
+	)
+	if err != nil || !d.Allowed {
+		return fmt.Errorf("denied or failed: %v", err)
+	}
+
+	// LLM calls: reserve an estimate, settle the real usage later.
+	tokens := tokenlimit.TokenBucketLimit(40_000, 1_000, time.Second)
+	d, reservation, err := limiter.Reserve(ctx, tokenlimit.Item{Key: "{key=k1}:tokens", Limit: tokens, Cost: 2_000})
+	if err != nil || !d.Allowed {
+		return fmt.Errorf("denied or failed: %v", err)
+	}
+	return reservation.Settle(ctx, 1_234) // refunds the difference atomically
+}
+
+func Example() {
+	if err := readme(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("ok")
+	// Output:
+	// ok
+}
+
+func ExampleLimiter_AllowN() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := tokenlimit.NewLimiter(store, tokenlimit.WithClock(stopped))
+	limit := tokenlimit.TokenBucketLimit(10, 2, time.Second)
+	for range 4 {
+		r, err := limiter.AllowN(context.Background(), "user=alice", limit, 3)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(r.Allowed, r.Remaining, r.RetryAfter)
+	}
+	// Output:
+	// true 7 0s
+	// true 4 0s
+	// true 1 0s
+	// false 1 1s
+}
+
+// A single-item call's errors name the argument at fault.
+func ExampleLimiter_AllowN_invalid() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := tokenlimit.NewLimiter(store)
+	_, err := limiter.AllowN(context.Background(), "user=alice", tokenlimit.FixedWindowLimit(5, time.Second), -1)
+	fmt.Println(err)
+	// Output:
+	// tokenlimit: check: cost: must be at least 0, got -1
+}
+
+func ExampleLimiter_DecideN() {
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := tokenlimit.NewLimiter(store, tokenlimit.WithClock(stopped))
+	r, at, err := limiter.DecideN(context.Background(), "user=alice", tokenlimit.FixedWindowLimit(100, time.Minute), 1)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Remaining, "left, decided at", at.Format(time.RFC3339), "resets at", at.Add(r.ResetAfter).Format(time.RFC3339))
+	// Output:
+	// 99 left, decided at 2026-03-01T12:00:00Z resets at 2026-03-01T12:01:00Z
+}
+
+func ExampleLimit_Window() {
+	fmt.Println(tokenlimit.TokenBucketLimit(10, 2, time.Second).Window())
+	fmt.Println(tokenlimit.GCRALimit(9, 60, time.Minute).Window())
+	fmt.Println(tokenlimit.SlidingLogLimit(5, 5*time.Second).Window())
+	// Output:
+	// 5s
+	// 10s
+	// 5s
+}
