@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/httplimit"
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
@@ -48,12 +49,22 @@ func BenchmarkMiddleware(b *testing.B) {
 		}
 		ok(w, r)
 	}
+	// engine-and-headers adds the headers the middleware writes.
+	engineAndHeaders := func(w http.ResponseWriter, r *http.Request) {
+		res, err := l.AllowN(r.Context(), r.Header.Get("X-Api-Key"), limit, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ratelimitheader.Of("default", res, false, limit.Window()).SetHTTP(w.Header())
+		ok(w, r)
+	}
 	for _, bb := range []struct {
 		name string
 		h    http.Handler
 	}{
 		{"bare", http.HandlerFunc(ok)},
 		{"engine-only", http.HandlerFunc(engineOnly)},
+		{"engine-and-headers", http.HandlerFunc(engineAndHeaders)},
 		{"middleware", mw.Handler(http.HandlerFunc(ok))},
 	} {
 		b.Run(bb.name, func(b *testing.B) {

@@ -23,7 +23,6 @@ package ratelimitheader
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -102,24 +101,45 @@ func (f Fields) SetHTTP(h http.Header) {
 }
 
 // render writes f's header values into values and returns their names and
-// count.
+// count. The values are substrings of one string built in one buffer: one
+// allocation whatever the numbers.
 func (f Fields) render(values *[6]string) (*[6]string, int) {
-	limit := strconv.FormatInt(f.Limit, 10)
-	remaining := strconv.FormatInt(f.Remaining, 10)
-	reset := strconv.FormatInt(Seconds(f.ResetAfter), 10)
-	name := sfString(f.Name)
-	*values = [6]string{limit, remaining, reset, name + ";r=" + remaining + ";t=" + reset}
-	n := 4
-	names := &allNames
+	var buf [256]byte
+	b := buf[:0]
+	var ends [6]int
+	n := 0
+	end := func() { ends[n] = len(b); n++ }
+	b = strconv.AppendInt(b, f.Limit, 10)
+	end()
+	b = strconv.AppendInt(b, f.Remaining, 10)
+	end()
+	b = strconv.AppendInt(b, Seconds(f.ResetAfter), 10)
+	end()
+	b = appendSFString(b, f.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, f.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(f.ResetAfter), 10)
+	end()
+	names := &noPolicyNames
 	if f.Window > 0 {
-		values[n] = name + ";q=" + limit + ";w=" + strconv.FormatInt(max(1, Seconds(f.Window)), 10)
-		n++
-	} else {
-		names = &noPolicyNames
+		names = &allNames
+		b = appendSFString(b, f.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, f.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, max(1, Seconds(f.Window)), 10)
+		end()
 	}
 	if f.RetryAfter > 0 {
-		values[n] = strconv.FormatInt(max(1, Seconds(f.RetryAfter)), 10)
-		n++
+		b = strconv.AppendInt(b, max(1, Seconds(f.RetryAfter)), 10)
+		end()
+	}
+	all := string(b)
+	start := 0
+	for i := range n {
+		values[i] = all[start:ends[i]]
+		start = ends[i]
 	}
 	return names, n
 }
@@ -162,21 +182,22 @@ func CeilMillis(d time.Duration) time.Duration {
 // printable ASCII, with '"' and '\' escaped. Other bytes become '?'. Limit
 // names are plain ASCII already, so this only guards the syntax.
 func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+	return string(appendSFString(make([]byte, 0, len(s)+2), s))
+}
+
+// appendSFString appends sfString(s) to b.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
