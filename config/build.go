@@ -73,6 +73,10 @@ type builder struct {
 	// typeFailed holds the paths whose values had the wrong type, so that
 	// no second error claims they are missing.
 	typeFailed map[string]bool
+	// unknownIn holds the paths of the mappings with an unknown field: a
+	// misspelt field is missing under its right name too, and saying so
+	// (or that an empty algorithm is unknown) would only bury the typo.
+	unknownIn map[string]bool
 }
 
 // fail records an error at the node found by path (a mix of map keys and
@@ -230,6 +234,8 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	}
 	if r.Algorithm == "concurrency" {
 		b.concurrency(path, r, &l)
+	} else if r.Algorithm == "" && b.unknownIn[pathString(path)] {
+		// The unknown field is most likely the algorithm, misspelt.
 	} else if alg, err := tokenlimit.ParseAlgorithm(r.Algorithm); err != nil {
 		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_counter, token_bucket, gcra, concurrency)", r.Algorithm)
 	} else {
@@ -238,6 +244,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 			b.fail(at(path, "lease"), "only a concurrency limit has a lease")
 		}
 		l.Cost = b.cost(at(path, "cost"), &r.Cost)
+		b.logCap(path, l)
 	}
 	switch r.FailureMode {
 	case "", "open":
@@ -270,6 +277,25 @@ func (b *builder) localCache(path []any, r *rawLimit, l *Limit) {
 	default:
 		l.LocalCache = true
 	}
+}
+
+// logCap refuses a sliding log that cannot honour its limit: it keeps one
+// entry per admitted request, at most tokenlimit.MaxLogEntries, so requests
+// of the smallest cost the limit charges must fill the limit within them.
+func (b *builder) logCap(path []any, l Limit) {
+	if l.Limit.Algorithm != tokenlimit.SlidingLog {
+		return
+	}
+	least := l.Cost.Least()
+	if l.Limit.Quota <= tokenlimit.MaxLogEntries*least {
+		return
+	}
+	what := "requests"
+	if least > 1 {
+		what = fmt.Sprintf("requests of cost %d", least)
+	}
+	b.fail(at(path, "limit"), "a sliding_log keeps one entry per request, at most %d, so it can admit at most %d %s per window, not %d; use sliding_counter (any limit, approximate), fixed_window, or a smaller limit",
+		tokenlimit.MaxLogEntries, tokenlimit.MaxLogEntries, what, l.Limit.Quota/least)
 }
 
 // DefaultLease is how long a concurrency slot is held when its holder never
@@ -362,7 +388,7 @@ func (b *builder) params(path []any, alg tokenlimit.Algorithm, p rawParams) toke
 	}
 	for _, f := range []string{"limit", "capacity", "refill", "rate", "max_burst"} {
 		switch wanted := slices.Contains(want, f); {
-		case wanted && !given[f]:
+		case wanted && !given[f] && !b.unknownIn[pathString(path)]:
 			b.fail(at(path, f), "%s needs %s", alg, strings.Join(want, " and "))
 		case !wanted && given[f]:
 			b.fail(at(path, f), "%s takes %s, not %s", alg, strings.Join(want, " and "), f)
@@ -540,6 +566,9 @@ func (b *builder) typeErrors(te *yaml.TypeError) {
 		if m := unknownFieldMsg.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			path := b.pathAt(line, func(key, _ *yaml.Node) bool { return key.Value == m[2] }, true)
+			if len(path) > 0 {
+				b.unknownIn[pathString(path[:len(path)-1])] = true
+			}
 			b.fail(path, "unknown field")
 			continue
 		}

@@ -12,8 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +118,27 @@ type Cost struct {
 	Default  int64
 }
 
+// Least returns the smallest non-zero cost c charges a request: the
+// constant, the smallest non-zero weight or default, or 1 for the request's
+// own cost (and when every weight is 0).
+func (c Cost) Least() int64 {
+	switch {
+	case c.Constant > 0:
+		return c.Constant
+	case c.By != "":
+		least := int64(math.MaxInt64)
+		for _, w := range append(slices.Collect(maps.Values(c.Weights)), c.Default) {
+			if w > 0 {
+				least = min(least, w)
+			}
+		}
+		if least < math.MaxInt64 {
+			return least
+		}
+	}
+	return 1
+}
+
 // Of returns the cost of a request with the given descriptors and own cost.
 func (c Cost) Of(descriptors map[string]string, requestCost int64) int64 {
 	switch {
@@ -147,7 +171,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	var raw rawFile
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	b := builder{source: source, root: &root, typeFailed: map[string]bool{}}
+	b := builder{source: source, root: &root, typeFailed: map[string]bool{}, unknownIn: map[string]bool{}}
 	if err := dec.Decode(&raw); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {

@@ -163,7 +163,7 @@ limits:
   - name: by-model
     key: [user]
     algorithm: sliding_log
-    limit: 100000/h
+    limit: 1000/h
     cost: {by: model, weights: {gpt-4o: 10, gpt-4o-mini: 1}}
   - name: tokens
     key: [user]
@@ -195,7 +195,7 @@ limits:
 			{D{"user": "d"}, 40,
 				map[string]int64{"constant": 5, "by-route": 2, "by-model": 1, "tokens": 40, "absent": 40}},
 		}
-		capacity := map[string]int64{"constant": 100, "by-route": 100, "by-model": 100000, "tokens": 100000, "absent": 100000}
+		capacity := map[string]int64{"constant": 100, "by-route": 100, "by-model": 1000, "tokens": 100000, "absent": 100000}
 		for _, tt := range tests {
 			d := e.check(tt.desc, tt.cost)
 			if !d.Allowed || len(d.Limits) != len(tt.want) {
