@@ -23,6 +23,7 @@ import (
 // proxyFlags are proxy's options.
 type proxyFlags struct {
 	storeFlags
+	logFlags
 	config           string
 	upstream         string
 	anthropic        string
@@ -65,6 +66,7 @@ docs/proxy.md walks through it.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
 	f.storeFlags.register(fl)
+	f.logFlags.register(fl)
 	fl.StringVar(&f.unknownKeys, "unknown-keys", "reject", "api keys missing from api_keys (and calls without one): reject (401), or default: the default_plan, all of them sharing the budgets of the one api_key \"unknown\"")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
@@ -77,7 +79,10 @@ docs/proxy.md walks through it.`,
 
 // runProxy serves the proxy until ctx ends, then shuts down gracefully.
 func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(out, nil))
+	log, err := f.logger(out)
+	if err != nil {
+		return err
+	}
 	if f.config == "" {
 		return fmt.Errorf("--config: a configuration file is required, such as examples/proxy.yaml: %w", errUsage)
 	}
@@ -112,6 +117,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
+	log.Info("starting", "config", cfg.Source, "limits", len(cfg.Limits), "store", svc.Health().Store)
 	tok := tokenizer.New()
 	if err := tok.Preload(tokenizer.O200kBase, tokenizer.CL100kBase); err != nil {
 		return err

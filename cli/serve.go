@@ -23,6 +23,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
@@ -37,6 +38,26 @@ type storeFlags struct {
 	redis        string
 	storeTimeout time.Duration
 	maxKeys      int
+}
+
+// logFlags choose what is logged and how; serve and proxy share them.
+type logFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func (f *logFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (every decision), info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "json", "log lines as json (one object a line) or text (key=value)")
+}
+
+// logger is the logger the flags ask for, writing to out.
+func (f logFlags) logger(out io.Writer) (*slog.Logger, error) {
+	log, err := logging.New(out, f.logLevel, f.logFormat)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errUsage)
+	}
+	return log, nil
 }
 
 func (f *storeFlags) register(fl *pflag.FlagSet) {
@@ -64,6 +85,7 @@ func (f *storeFlags) validate(reloadEvery time.Duration) error {
 // serveFlags are serve's options.
 type serveFlags struct {
 	storeFlags
+	logFlags
 	config         string
 	listen         string
 	grpcListen     string
@@ -111,6 +133,7 @@ rejected and the running limits stay.`,
 	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
 	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
 	f.storeFlags.register(fl)
+	f.logFlags.register(fl)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
@@ -121,7 +144,10 @@ rejected and the running limits stay.`,
 }
 
 func serve(ctx context.Context, f serveFlags, out io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(out, nil))
+	log, err := f.logger(out)
+	if err != nil {
+		return err
+	}
 	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
 		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
 	}
@@ -139,6 +165,7 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
+	log.Info("starting", "config", cfg.Source, "limits", len(cfg.Limits), "store", svc.Health().Store)
 	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, Stats: svc.Stats(), Done: ctx.Done()})
 	if err != nil {
 		return err
@@ -162,7 +189,8 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, 
 		return fmt.Errorf("--listen %s: %w", f.listen, err)
 	}
 	// No WriteTimeout: the dashboard streams server-sent events.
-	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { cancel(ignoreClosed(httpSrv.Serve(httpLn))) }()
 	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "store", svc.Health().Store)
 

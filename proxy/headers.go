@@ -191,7 +191,7 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	}
-	p.log.Info("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
+	p.log.Debug("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
 		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait)
 	writeError(w, c.dialect, http.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
 }

@@ -318,7 +318,7 @@ func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, d dialect) (str
 	if hasKey {
 		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", redact.Hint(key))
 	}
-	p.log.Info("unknown api key", "key", redact.Hint(key), "path", r.URL.Path)
+	p.log.Debug("unknown api key", "key", redact.Hint(key), "path", r.URL.Path)
 	if d == anthropic && !hasKey {
 		msg = "x-api-key header is required (or Authorization: Bearer YOUR_KEY)."
 	}
@@ -388,7 +388,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		writeError(w, c.dialect, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
 		return false
 	case d.Unavailable:
-		p.log.Warn("rate limiting unavailable", "request_id", c.id, "key", redact.Hint(c.req.Descriptors["api_key"]))
+		p.log.Debug("rate limiting unavailable", "request_id", c.id, "key", redact.Hint(c.req.Descriptors["api_key"]))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, c.dialect, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
 			"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.")

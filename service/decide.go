@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/breaker"
 )
 
 // decide runs a plan: the enforced checks in one atomic call, then, if they
@@ -95,7 +97,7 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 			return d, nil, false, ctx.Err()
 		case err != nil:
 			s.metrics.storeErrors.Inc()
-			s.log.Error("store failed", "error", err)
+			s.log.ErrorContext(ctx, "store failed", "error", err)
 			return d, nil, true, nil
 		}
 		return d, r, false, nil
@@ -115,10 +117,17 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 		s.breaker.Cancel(ticket)
 		return d, nil, false, ctx.Err()
 	}
+	trial := s.breaker.State() == breaker.HalfOpen
 	s.breaker.Done(ticket, err)
 	if err != nil {
 		s.metrics.storeErrors.Inc()
-		s.log.Warn("store failed; applying failure modes", "error", err)
+		// A failed half-open trial only confirms the outage the breaker
+		// already reported: once per cooldown, at debug.
+		level := slog.LevelWarn
+		if trial {
+			level = slog.LevelDebug
+		}
+		s.log.Log(ctx, level, "store failed; applying failure modes", "error", err)
 		return d, nil, true, nil
 	}
 	return d, r, false, nil

@@ -47,6 +47,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Configuration reloads by result (ok, error).",
 		}, []string{"result"}),
 	}
+	// Both results exist from the start, at 0, so that a dashboard or an
+	// alert on errors sees the series before the first reload.
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
 	if reg == nil {
 		return m, nil
 	}

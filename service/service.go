@@ -94,6 +94,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
 	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
+	s.breaker.OnChange(s.logBreaker)
 	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
@@ -149,6 +150,21 @@ func withDefaults(o Options) Options {
 		o.MaxReservations = 100_000
 	}
 	return o
+}
+
+// logBreaker logs the store's circuit breaker opening (error) and closing
+// again (info), once each. The half-open trials in between, one per
+// cooldown while the store stays down, are logged at debug.
+func (s *Service) logBreaker(from, to breaker.State, failures int) {
+	switch {
+	case to == breaker.Open && from == breaker.Closed:
+		s.log.Error("store circuit breaker opened: the store is failing; limits follow their failure modes",
+			"store", s.store.Name, "failures", failures, "retry_every", s.opts.BreakerCooldown)
+	case to == breaker.Closed:
+		s.log.Info("store circuit breaker closed: the store answers again", "store", s.store.Name)
+	default:
+		s.log.Debug("store circuit breaker "+to.String(), "store", s.store.Name, "from", from.String())
+	}
 }
 
 // Reload replaces the limits with cfg's; checks in flight finish with the

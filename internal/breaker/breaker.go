@@ -36,6 +36,8 @@ type Breaker struct {
 	cooldown  time.Duration
 	now       func() time.Time
 
+	onChange func(from, to State, failures int)
+
 	mu       sync.Mutex
 	state    State
 	gen      Ticket // changes with every state change
@@ -48,6 +50,13 @@ type Breaker struct {
 func New(threshold int, cooldown time.Duration, now func() time.Time) *Breaker {
 	return &Breaker{threshold: max(1, threshold), cooldown: cooldown, now: now}
 }
+
+// OnChange makes b call f on every change of state, once per change, with
+// the consecutive failures counted when it happened. f runs with b's lock
+// held, in the goroutine whose call changed the state: it must be quick and
+// must not call b. Set it before b is used; it is not safe to change
+// concurrently with calls.
+func (b *Breaker) OnChange(f func(from, to State, failures int)) { b.onChange = f }
 
 // Allow reports whether a call may go to the dependency now, and the ticket
 // to report its outcome with (Done or Cancel).
@@ -108,8 +117,13 @@ func (b *Breaker) State() State {
 
 // set moves to state s; the caller holds b.mu.
 func (b *Breaker) set(s State) {
-	if s != b.state {
-		b.state = s
-		b.gen++
+	if s == b.state {
+		return
+	}
+	from := b.state
+	b.state = s
+	b.gen++
+	if b.onChange != nil {
+		b.onChange(from, s, b.failures)
 	}
 }

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,5 +90,38 @@ func TestBreakerIgnoresStaleOutcomes(t *testing.T) {
 	b.Cancel(trial)
 	if _, ok := b.Allow(); !ok {
 		t.Fatal("a cancelled trial did not free its place")
+	}
+}
+
+// OnChange hears each transition exactly once, however many calls see the
+// state: a burst of refused calls while open reports nothing more.
+func TestBreakerReportsEachTransitionOnce(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := New(2, time.Second, func() time.Time { return now })
+	var got []string
+	b.OnChange(func(from, to State, failures int) {
+		got = append(got, from.String()+"->"+to.String()+":"+string(rune('0'+failures)))
+	})
+	for range 2 {
+		tk, _ := b.Allow()
+		b.Done(tk, errDown)
+	}
+	for range 100 {
+		b.Allow() // refused while open
+	}
+	now = now.Add(time.Second)
+	trial, _ := b.Allow()
+	for range 100 {
+		b.Allow() // refused while the trial is in flight
+	}
+	b.Done(trial, nil)
+	for range 100 {
+		tk, _ := b.Allow()
+		b.Done(tk, nil)
+	}
+	want := []string{"closed->open:2", "open->half-open:2", "half-open->closed:0"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("transitions %v, want %v", got, want)
 	}
 }

@@ -109,7 +109,8 @@ func (a *api) endpoints() []endpoint {
 }
 
 // routes builds the mux: each endpoint under its methods, a JSON 405 for
-// the others, a JSON 404 for unknown API paths, and / for the dashboard.
+// the others, a JSON 404 for unknown API paths, and / for the dashboard;
+// every request gets a request id.
 func (a *api) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, e := range a.endpoints() {
@@ -132,7 +133,7 @@ func (a *api) routes() http.Handler {
 		mux.HandleFunc("GET /{$}", rootPage)
 		mux.HandleFunc("/", notFound)
 	}
-	return mux
+	return withRequestID(mux)
 }
 
 func methodNotAllowed(methods []string) http.HandlerFunc {
