@@ -1,6 +1,8 @@
 package service
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,39 @@ type metrics struct {
 	storeErrors prometheus.Counter
 	reloads     *prometheus.CounterVec
 	stats       Stats // live per-second counts for the dashboard (stats.go)
+	// counters caches each limit's decision counters (limitCounters), so
+	// that a decision does not hash its label values again.
+	counters sync.Map // limit name -> *limitCounters
+}
+
+// limitCounters are one limit's children of the decisions counter (by
+// result) and of the near-limit counter, each made when first counted so
+// that only results that happened are exported.
+type limitCounters struct {
+	name      string
+	results   [nResults]atomic.Pointer[prometheus.Counter]
+	nearLimit atomic.Pointer[prometheus.Counter]
+}
+
+// countersFor returns the counters of the limit named name. Limit names
+// come from the configuration, so the cache is bounded like the metric's
+// own label values.
+func (m *metrics) countersFor(name string) *limitCounters {
+	if c, ok := m.counters.Load(name); ok {
+		return c.(*limitCounters)
+	}
+	c, _ := m.counters.LoadOrStore(name, &limitCounters{name: name})
+	return c.(*limitCounters)
+}
+
+// child returns *p, making it with vec's child of labels first if needed.
+func child(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	if c := p.Load(); c != nil {
+		return *c
+	}
+	c := vec.WithLabelValues(labels...)
+	p.Store(&c)
+	return c
 }
 
 // nearLimitShare: an allowed decision leaving less than this share of the
@@ -80,14 +115,13 @@ func (m *metrics) observe(d Decision, took time.Duration) {
 	if took > 0 {
 		m.latency.Observe(took.Seconds())
 	}
-	for _, o := range d.Limits {
-		m.decisions.WithLabelValues(o.Name, resultLabel(d, o)).Inc()
+	for i := range d.Limits {
+		o := &d.Limits[i]
+		c := m.countersFor(o.Name)
+		r := resultIndex(d, o)
+		child(&c.results[r], m.decisions, c.name, StatsResults[r]).Inc()
 		if o.Allowed && float64(o.Remaining) < nearLimitShare*float64(o.Limit) {
-			m.nearLimit.WithLabelValues(o.Name).Inc()
+			child(&c.nearLimit, m.nearLimit, c.name).Inc()
 		}
 	}
-}
-
-func resultLabel(d Decision, o Outcome) string {
-	return StatsResults[resultIndex(d, &o)]
 }

@@ -84,7 +84,8 @@ func (st *Stats) Record(d Decision, took time.Duration) {
 	}
 }
 
-// resultIndex is resultLabel's index in StatsResults.
+// resultIndex is the index in StatsResults of o's result in d: the
+// result label of tokenlimit_decisions_total and the Stats count, alike.
 func resultIndex(d Decision, o *Outcome) int {
 	denied := 0
 	if !o.Allowed {

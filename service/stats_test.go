@@ -15,24 +15,6 @@ func outcome(name string, allowed bool) Outcome {
 	return Outcome{Name: name, Result: tokenlimit.Result{Allowed: allowed}}
 }
 
-// Stats classifies each outcome as the Prometheus metric's result label does.
-func TestStatsResultMatchesMetricLabel(t *testing.T) {
-	t.Parallel()
-	for _, unavailable := range []bool{false, true} {
-		for _, shadow := range []bool{false, true} {
-			for _, failOpen := range []bool{false, true} {
-				for _, allowed := range []bool{false, true} {
-					d := Decision{Unavailable: unavailable}
-					o := Outcome{Shadow: shadow, FailOpen: failOpen, Result: tokenlimit.Result{Allowed: allowed}}
-					if got, want := StatsResults[resultIndex(d, &o)], resultLabel(d, o); got != want {
-						t.Errorf("unavailable=%v shadow=%v failOpen=%v allowed=%v: %s, metric says %s", unavailable, shadow, failOpen, allowed, got, want)
-					}
-				}
-			}
-		}
-	}
-}
-
 func TestStatsWindow(t *testing.T) {
 	t.Parallel()
 	var st Stats
