@@ -23,6 +23,7 @@ type rawFile struct {
 	Limits      []rawLimit           `yaml:"limits"`
 	Plans       map[string]rawPlan   `yaml:"plans"`
 	APIKeys     map[string]rawAPIKey `yaml:"api_keys"`
+	Prices      map[string]rawPrice  `yaml:"prices"`
 }
 
 type rawLimit struct {
@@ -30,11 +31,12 @@ type rawLimit struct {
 	Match         map[string]string `yaml:"match"`
 	Key           []string          `yaml:"key"`
 	Algorithm     string            `yaml:"algorithm"`
+	Unit          string            `yaml:"unit"`
 	Limit         string            `yaml:"limit"`
-	Capacity      int64             `yaml:"capacity"`
+	Capacity      yaml.Node         `yaml:"capacity"`
 	Refill        string            `yaml:"refill"`
 	Rate          string            `yaml:"rate"`
-	MaxBurst      *int64            `yaml:"max_burst"`
+	MaxBurst      yaml.Node         `yaml:"max_burst"`
 	Calendar      string            `yaml:"calendar"`
 	Lease         string            `yaml:"lease"`
 	Cost          yaml.Node         `yaml:"cost"`
@@ -58,11 +60,11 @@ type rawAPIKey struct {
 }
 
 type rawOverride struct {
-	Limit    string `yaml:"limit"`
-	Capacity int64  `yaml:"capacity"`
-	Refill   string `yaml:"refill"`
-	Rate     string `yaml:"rate"`
-	MaxBurst *int64 `yaml:"max_burst"`
+	Limit    string    `yaml:"limit"`
+	Capacity yaml.Node `yaml:"capacity"`
+	Refill   string    `yaml:"refill"`
+	Rate     string    `yaml:"rate"`
+	MaxBurst yaml.Node `yaml:"max_burst"`
 }
 
 // builder collects every error, each with its file:line and field path.
@@ -200,6 +202,7 @@ func (b *builder) build(raw *rawFile) *Config {
 		cfg.Limits = append(cfg.Limits, l)
 	}
 	cfg.Limits = append(cfg.Limits, b.plans(raw.Plans, names)...)
+	cfg.Prices = b.prices(raw.Prices)
 	if raw.DefaultPlan != "" {
 		if _, ok := raw.Plans[raw.DefaultPlan]; !ok {
 			b.fail([]any{"default_plan"}, "no plan named %q under plans", raw.DefaultPlan)
@@ -232,6 +235,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 			b.fail(at(path, "key", i), "want distinct, non-empty descriptor names, got %q", d)
 		}
 	}
+	usd := b.unit(path, r)
 	if r.Algorithm == "concurrency" {
 		b.concurrency(path, r, &l)
 	} else if r.Algorithm == "" && b.unknownIn[pathString(path)] {
@@ -239,11 +243,14 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	} else if alg, err := tokenlimit.ParseAlgorithm(r.Algorithm); err != nil {
 		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_counter, token_bucket, gcra, concurrency)", r.Algorithm)
 	} else {
-		l.Limit = b.params(path, alg, rawParams{r.Limit, r.Capacity, r.Refill, r.Rate, r.MaxBurst})
+		l.Limit = b.params(path, alg, b.rawParams(path, usd, r.Limit, &r.Capacity, r.Refill, r.Rate, &r.MaxBurst))
 		if r.Lease != "" {
 			b.fail(at(path, "lease"), "only a concurrency limit has a lease")
 		}
 		l.Cost = b.cost(at(path, "cost"), &r.Cost)
+		if usd {
+			l.Cost = Cost{Spend: true}
+		}
 		b.logCap(path, l)
 	}
 	switch r.FailureMode {
@@ -318,7 +325,7 @@ func (b *builder) concurrency(path []any, r *rawLimit, l *Limit) {
 	for _, f := range []struct {
 		name  string
 		given bool
-	}{{"capacity", r.Capacity != 0}, {"refill", r.Refill != ""}, {"rate", r.Rate != ""}, {"max_burst", r.MaxBurst != nil}, {"cost", r.Cost.Kind != 0}} {
+	}{{"capacity", r.Capacity.Kind != 0}, {"refill", r.Refill != ""}, {"rate", r.Rate != ""}, {"max_burst", r.MaxBurst.Kind != 0}, {"cost", r.Cost.Kind != 0}} {
 		if f.given {
 			b.fail(at(path, f.name), "a concurrency limit takes limit and lease, not %s", f.name)
 		}
@@ -540,7 +547,8 @@ func (b *builder) apiKey(path []any, k rawAPIKey, plans map[string]rawPlan, limi
 			b.fail(at(path, "overrides", name), "no limit named %q", name)
 			continue
 		}
-		id.Overrides[name] = b.params(at(path, "overrides", name), limits[i].Limit.Algorithm, rawParams{o.Limit, o.Capacity, o.Refill, o.Rate, o.MaxBurst})
+		opath := at(path, "overrides", name)
+		id.Overrides[name] = b.params(opath, limits[i].Limit.Algorithm, b.rawParams(opath, limits[i].Cost.Spend, o.Limit, &o.Capacity, o.Refill, o.Rate, &o.MaxBurst))
 	}
 	return id
 }

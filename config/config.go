@@ -41,6 +41,9 @@ type Config struct {
 	// the key's hash tag, so the limits of one request that share it are
 	// decided in one atomic script on one node.
 	HashTag string
+	// Prices are the models' prices, by model name or pattern (see
+	// PriceOf), for limits counting US dollars.
+	Prices map[Pattern]Price
 	// Source is the file the configuration came from, for messages.
 	Source string
 }
@@ -110,12 +113,14 @@ func (p Pattern) Matches(v string) bool {
 
 // Cost is what a request costs under a limit: Constant if not zero;
 // otherwise the weight of the descriptor By (Weights, else Default) if By is
-// set; otherwise the request's own cost.
+// set; otherwise the request's spend in micro-dollars if Spend is set (a
+// limit with unit: usd); otherwise the request's own cost.
 type Cost struct {
 	Constant int64
 	By       string
 	Weights  map[string]int64
 	Default  int64
+	Spend    bool
 }
 
 // Least returns the smallest non-zero cost c charges a request: the
@@ -139,8 +144,9 @@ func (c Cost) Least() int64 {
 	return 1
 }
 
-// Of returns the cost of a request with the given descriptors and own cost.
-func (c Cost) Of(descriptors map[string]string, requestCost int64) int64 {
+// Of returns the cost of a request with the given descriptors, own cost
+// and spend (in micro-dollars).
+func (c Cost) Of(descriptors map[string]string, requestCost, spend int64) int64 {
 	switch {
 	case c.Constant > 0:
 		return c.Constant
@@ -149,6 +155,8 @@ func (c Cost) Of(descriptors map[string]string, requestCost int64) int64 {
 			return w
 		}
 		return c.Default
+	case c.Spend:
+		return spend
 	}
 	return requestCost
 }

@@ -421,9 +421,10 @@ func TestCostOf(t *testing.T) {
 		{"default when the descriptor is missing", byRoute, map[string]string{"model": "x"}, 1234, 2},
 		{"default for nil descriptors", byRoute, nil, 1234, 2},
 		{"weights match exactly", byRoute, map[string]string{"route": "/v1/embed/"}, 1234, 2},
+		{"spend", config.Cost{Spend: true}, nil, 1234, 777},
 	}
 	for _, tt := range tests {
-		if got := tt.cost.Of(tt.desc, tt.request); got != tt.want {
+		if got := tt.cost.Of(tt.desc, tt.request, 777); got != tt.want {
 			t.Errorf("%s: %+v.Of(%v, %d) = %d, want %d", tt.name, tt.cost, tt.desc, tt.request, got, tt.want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -130,7 +131,10 @@ func (p *Proxy) unitOf(name string) service.Unit {
 // rounded up to the millisecond ("6m0s", "1.5s", "20ms"). Anthropic's are
 // anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}, the reset
 // being the time it is whole again in RFC 3339, rounded up to the second.
+// Spend budgets are reported in both dialects as x-ratelimit-*-usd (see
+// usdHeaders).
 func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
+	p.usdHeaders(h, d)
 	for _, u := range []service.Unit{service.Requests, service.Tokens} {
 		t, ok := p.tightestOf(d, u)
 		if !ok {
@@ -167,8 +171,13 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	unit := p.unitOf(o.Name)
 	p.setRateHeaders(w.Header(), c, d)
 	typ := "requests"
-	if unit == service.Tokens {
+	amount := func(n int64) string { return strconv.FormatInt(n, 10) }
+	switch unit {
+	case service.Tokens:
 		typ = "tokens"
+	case service.USD:
+		typ = "usd"
+		amount = func(n int64) string { return "$" + config.FormatUSD(n) }
 	}
 	wait := ratelimitheader.CeilMillis(o.RetryAfter)
 	if unit == service.InFlight {
@@ -177,15 +186,15 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	var msg string
 	switch {
 	case o.CostExceedsLimit:
-		msg = fmt.Sprintf("Request too large for %s on %s: Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.",
-			o.Name, typ, o.Limit, o.Cost)
+		msg = fmt.Sprintf("Request too large for %s on %s: Limit %s, Requested %s. The input or output tokens must be reduced in order to run successfully.",
+			o.Name, typ, amount(o.Limit), amount(o.Cost))
 		w.Header().Set("X-Should-Retry", "false")
 	case unit == service.InFlight:
 		msg = fmt.Sprintf("Too many requests in flight for %s: Limit %d, In flight %d. Please try again in %s.",
 			o.Name, o.Limit, o.Limit-o.Remaining, wait)
 	default:
-		msg = fmt.Sprintf("Rate limit reached for %s on %s: Limit %d, Used %d, Requested %d. Please try again in %s.",
-			o.Name, typ, o.Limit, o.Limit-o.Remaining, o.Cost, wait)
+		msg = fmt.Sprintf("Rate limit reached for %s on %s: Limit %s, Used %s, Requested %s. Please try again in %s.",
+			o.Name, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait)
 	}
 	if !o.CostExceedsLimit {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/service"
 )
 
 func TestKindOf(t *testing.T) {
@@ -165,7 +168,7 @@ func TestEventStreamFraming(t *testing.T) {
 		"data: [DONE]",
 	}
 	var settled []Settlement
-	p := &Proxy{tok: testTokens, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
+	p := &Proxy{svc: testService(t), tok: testTokens, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
 	c := &call{kind: Chat, injected: true, est: Estimate{Model: "gpt-4o", Prompt: 5}}
 	s := newEventStream(p, c, &chunked{parts: append([]string(nil), parts...), err: io.EOF})
 	got, err := io.ReadAll(s)
@@ -268,4 +271,22 @@ func TestStreamCountsAsItGoes(t *testing.T) {
 	if got < want || got > want+want/100 {
 		t.Errorf("counted %d tokens, the whole text has %d", got, want)
 	}
+}
+
+// testService is a service with one token limit, for proxies built by hand.
+func testService(t *testing.T) *service.Service {
+	t.Helper()
+	cfg, err := config.Parse([]byte("limits: [{name: t, algorithm: token_bucket, capacity: 1000, refill: 1000/min}]"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.New(cfg, service.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/tokenizer"
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -161,6 +162,12 @@ type Settlement struct {
 	// Reserved is the estimate that was reserved, in tokens; Actual the
 	// tokens it was settled to.
 	Reserved, Actual int64
+	// Input and Output split Actual: input tokens (cached ones included)
+	// and output tokens.
+	Input, Output int64
+	// ReservedSpend and Spend are the prices of Reserved and Actual in
+	// micro-dollars; zero for a model without a price.
+	ReservedSpend, Spend int64
 	// Basis says how Actual was found.
 	Basis Basis
 	// Err is the store's error if the settlement failed (the estimate then
@@ -376,6 +383,9 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 			c.est.Completion = p.capCompletion(c)
 		}
 		c.req.Cost = max(c.est.Total(), 1)
+		if !p.priceEstimate(w, c) {
+			return false
+		}
 	}
 	// A client that leaves mid-decision must not count as a store failure.
 	d, hold, err := p.svc.ReserveHold(context.WithoutCancel(r.Context()), c.req, opts)
@@ -455,24 +465,27 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del("Accept-Encoding")
 }
 
-// settle settles c once, with actual tokens found by basis, and reports it.
-func (p *Proxy) settle(c *call, actual int64, basis Basis) {
+// settle settles c once to what it consumed, found by basis: its tokens,
+// and their price on limits in usd; and reports it.
+func (p *Proxy) settle(c *call, used bill, basis Basis) {
 	c.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 		defer cancel()
-		err := c.hold.Settle(ctx, actual)
+		actual := used.tokens()
+		spend, _ := p.price(c, used)
+		err := c.hold.SettleSpend(ctx, actual, spend)
 		if err != nil {
 			p.log.Error("settle failed; the estimate stands", "request_id", c.id, "error", err)
 		}
+		s := Settlement{RequestID: c.id, Kind: c.kind, Model: c.est.Model, Actual: actual,
+			Input: min(addSat(used.Input, used.Cached), actual), Output: used.Output, Spend: spend, Basis: basis, Err: err}
+		if c.kind != Passthrough {
+			s.Reserved, s.ReservedSpend = c.est.Total(), c.req.Spend
+		}
 		p.log.Debug("settled", "request_id", c.id, "kind", c.kind.String(), "model", c.est.Model,
-			"reserved", c.req.Cost, "actual", actual, "basis", string(basis))
+			"reserved", c.req.Cost, "actual", actual, "spend_usd", config.FormatUSD(spend), "basis", string(basis))
 		if p.opts.OnSettle != nil {
-			reserved := c.est.Total()
-			if c.kind == Passthrough {
-				reserved = 0
-			}
-			p.opts.OnSettle(Settlement{RequestID: c.id, Kind: c.kind, Model: c.est.Model,
-				Reserved: reserved, Actual: actual, Basis: basis, Err: err})
+			p.opts.OnSettle(s)
 		}
 	})
 }

@@ -33,7 +33,7 @@ func TestChatSettlesToUsageBeforeHeaders(t *testing.T) {
 		}
 		s := e.waitSettled()
 		want := proxy.Settlement{RequestID: resp.Header.Get("X-Tokenlimit-Request-Id"), Kind: proxy.Chat, Model: "gpt-4o",
-			Reserved: chatPrompt + 100, Actual: 40, Basis: proxy.ByUsage}
+			Reserved: chatPrompt + 100, Actual: 40, Input: 31, Output: 9, Basis: proxy.ByUsage}
 		if s != want {
 			t.Errorf("settlement %+v, want %+v", s, want)
 		}
@@ -508,7 +508,7 @@ func TestLargeResponseStreamsThroughAtEstimate(t *testing.T) {
 		}
 		s := e.waitSettled()
 		want := proxy.Settlement{RequestID: resp.Header.Get("X-Tokenlimit-Request-Id"), Kind: proxy.Chat, Model: "gpt-4o",
-			Reserved: chatPrompt + 100, Actual: chatPrompt + 100, Basis: proxy.AtEstimate}
+			Reserved: chatPrompt + 100, Actual: chatPrompt + 100, Input: chatPrompt, Output: 100, Basis: proxy.AtEstimate}
 		if s != want {
 			t.Errorf("settlement %+v, want %+v", s, want)
 		}

@@ -30,25 +30,37 @@ type usage struct {
 	// not included in InputTokens.
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	// The cached part of prompt_tokens (chat) and input_tokens (Responses).
+	PromptDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 }
 
-// input returns the input tokens: Anthropic's cache creation and cache
-// reads count as input.
-func (u usage) input() int64 {
-	return addSat(addSat(u.InputTokens, u.CacheCreationInputTokens), u.CacheReadInputTokens)
+// bill splits the usage as providers price it. The Responses API's
+// input_tokens and chat's prompt_tokens include their cached tokens;
+// Anthropic's input_tokens exclude its cache reads and writes (writes are
+// priced as input here).
+func (u usage) bill() bill {
+	if addSat(u.InputTokens, u.OutputTokens) > 0 || u.CacheCreationInputTokens > 0 || u.CacheReadInputTokens > 0 {
+		cached := min(u.InputDetails.CachedTokens, u.InputTokens)
+		return bill{Input: addSat(u.InputTokens-cached, u.CacheCreationInputTokens), Cached: addSat(cached, u.CacheReadInputTokens), Output: u.OutputTokens}
+	}
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		return bill{Input: u.TotalTokens}
+	}
+	cached := min(u.PromptDetails.CachedTokens, u.PromptTokens)
+	return bill{Input: u.PromptTokens - cached, Cached: cached, Output: u.CompletionTokens}
 }
 
 // total is what the call consumed: the input and output tokens when the
-// Responses or Messages API reports them, else total_tokens, else prompt +
-// completion. It saturates at math.MaxInt64.
+// Responses or Messages API reports them, else prompt + completion, else
+// total_tokens. It saturates at math.MaxInt64.
 func (u usage) total() int64 {
-	switch {
-	case addSat(u.input(), u.OutputTokens) > 0:
-		return addSat(u.input(), u.OutputTokens)
-	case u.TotalTokens > 0:
-		return u.TotalTokens
-	}
-	return addSat(u.PromptTokens, u.CompletionTokens)
+	b := u.bill()
+	return addSat(addSat(b.Input, b.Cached), b.Output)
 }
 
 // believable reports whether u can be settled: no field is negative and
@@ -59,7 +71,7 @@ func (u *usage) believable() bool {
 		return false
 	}
 	for _, v := range []int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens,
-		u.CacheCreationInputTokens, u.CacheReadInputTokens} {
+		u.CacheCreationInputTokens, u.CacheReadInputTokens, u.PromptDetails.CachedTokens, u.InputDetails.CachedTokens} {
 		if v < 0 {
 			return false
 		}
@@ -111,15 +123,15 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// An upgraded connection (a websocket) is the client's from now
 		// on: its slot is released at once.
 		p.setRateHeaders(resp.Header, c, c.decision)
-		p.settle(c, 0, Released)
+		p.settle(c, bill{}, Released)
 	case resp.StatusCode >= http.StatusMultipleChoices && c.kind != Passthrough:
 		// An error, or a redirect the client may follow: this call ran
 		// nothing upstream.
-		p.settle(c, 0, Refunded)
+		p.settle(c, bill{}, Refunded)
 		p.setHeadersAfterSettle(resp.Header, c)
 	case c.kind == Passthrough:
 		p.setRateHeaders(resp.Header, c, c.decision)
-		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, 0, Released) }}
+		resp.Body = &onClose{ReadCloser: resp.Body, done: func() { p.settle(c, bill{}, Released) }}
 	case isEventStream(resp.Header):
 		p.setRateHeaders(resp.Header, c, c.decision)
 		resp.Body = newEventStream(p, c, resp.Body)
@@ -145,7 +157,7 @@ func (p *Proxy) settleWhole(resp *http.Response, c *call) error {
 		return fmt.Errorf("proxy: read the upstream's response: %w", err)
 	}
 	if int64(len(body)) > p.opts.MaxResponseBytes {
-		p.settle(c, c.est.Total(), AtEstimate)
+		p.settle(c, estimateBill(c.est), AtEstimate)
 		p.setRateHeaders(resp.Header, c, c.decision)
 		resp.Body = &onClose{ReadCloser: resp.Body, reader: io.MultiReader(bytes.NewReader(body), resp.Body)}
 		return nil
@@ -187,12 +199,12 @@ type replyBody struct {
 	Content []block `json:"content"`
 }
 
-// actualOf returns the tokens a plain response consumed: its usage, or the
+// actualOf returns what a plain response consumed: its usage, or the
 // prompt plus the counted text of its reply.
-func (p *Proxy) actualOf(c *call, body []byte) (int64, Basis) {
+func (p *Proxy) actualOf(c *call, body []byte) (bill, Basis) {
 	var r replyBody
 	if json.Unmarshal(body, &r) == nil && r.Usage.believable() {
-		return r.Usage.total(), ByUsage
+		return r.Usage.bill(), ByUsage
 	}
 	var text strings.Builder
 	for _, ch := range r.Choices {
@@ -210,7 +222,7 @@ func (p *Proxy) actualOf(c *call, body []byte) (int64, Basis) {
 	for _, b := range r.Content {
 		text.WriteString(b.Text + b.Thinking + b.Name + string(b.Input))
 	}
-	return c.est.Prompt + p.count(c, text.String()), ByCount
+	return bill{Input: c.est.Prompt, Output: p.count(c, text.String())}, ByCount
 }
 
 // count counts text in c's model, 0 if the tokenizer fails (it only can if
@@ -245,7 +257,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	c := callOf(r.Context())
 	if r.Context().Err() != nil {
 		if c != nil {
-			p.settle(c, c.est.Prompt, ByCount)
+			p.settle(c, bill{Input: c.est.Prompt}, ByCount)
 		}
 		w.WriteHeader(499) // nobody reads it: the client has gone
 		return
@@ -258,7 +270,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	id := ""
 	if c != nil {
 		id = c.id
-		p.settle(c, 0, Refunded)
+		p.settle(c, bill{}, Refunded)
 		p.setHeadersAfterSettle(w.Header(), c)
 	}
 	p.log.Warn("upstream failed; refunded", "request_id", id, "error", err)

@@ -205,7 +205,7 @@ func (s *eventStream) inspectAnthropic(ch streamChunk) {
 			return
 		}
 		final := *ch.Usage
-		if s.started != nil && final.input() == 0 {
+		if s.started != nil && final.InputTokens+final.CacheCreationInputTokens+final.CacheReadInputTokens == 0 {
 			final.InputTokens = s.started.InputTokens
 			final.CacheCreationInputTokens = s.started.CacheCreationInputTokens
 			final.CacheReadInputTokens = s.started.CacheReadInputTokens
@@ -243,13 +243,14 @@ func eventData(event []byte) []byte {
 func (s *eventStream) Close() error {
 	err := s.up.Close()
 	if s.usage.believable() {
-		s.p.settle(s.c, s.usage.total(), ByUsage)
+		s.p.settle(s.c, s.usage.bill(), ByUsage)
 		return err
 	}
-	prompt := s.c.est.Prompt
-	if s.started.believable() && s.started.input() > 0 {
-		prompt = s.started.input() // Anthropic's, reported when the stream began
+	used := bill{Input: s.c.est.Prompt}
+	if s.started.believable() && s.started.bill().Input+s.started.bill().Cached > 0 {
+		used = s.started.bill() // Anthropic's, reported when the stream began
 	}
-	s.p.settle(s.c, addSat(prompt, s.counted+s.p.count(s.c, s.forwarded.String())), ByCount)
+	used.Output = addSat(s.counted, s.p.count(s.c, s.forwarded.String()))
+	s.p.settle(s.c, used, ByCount)
 	return err
 }

@@ -32,7 +32,8 @@ type behaviour struct {
 	// servers do.
 	NoUsage bool
 	// CacheWrite and CacheRead are the Messages API's prompt cache tokens,
-	// reported beside Prompt (its input_tokens).
+	// reported beside Prompt (its input_tokens); CacheRead is also the
+	// cached part of Prompt that chat and the Responses API report.
 	CacheWrite, CacheRead int64
 	// RawUsage, if set, replaces the usage object of every answer.
 	RawUsage string
@@ -132,7 +133,8 @@ func (b behaviour) chatUsage() string {
 	if b.NoUsage {
 		return ""
 	}
-	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}`, b.Prompt, b.Completion, b.Prompt+b.Completion)
+	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
+		b.Prompt, b.Completion, b.Prompt+b.Completion, b.CacheRead)
 }
 
 // hold applies the behaviour's holds after the first content chunk; it
@@ -188,8 +190,8 @@ func (f *fakeUpstream) streamChat(w http.ResponseWriter, r *http.Request, b beha
 
 // response is a Responses API response object.
 func (b behaviour) response(model, status string) string {
-	u := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":0},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
-		b.Prompt, b.Completion, b.Prompt+b.Completion)
+	u := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
+		b.Prompt, b.CacheRead, b.Completion, b.Prompt+b.Completion)
 	if b.NoUsage || status != "completed" {
 		u = "null"
 	}

@@ -21,6 +21,9 @@ type LimitInfo struct {
 	Shadow    bool              `json:"shadow,omitempty"`
 	FailOpen  bool              `json:"fail_open"`
 	Calendar  string            `json:"calendar,omitempty"`
+	// Unit is "usd" for a spend budget, whose quota and burst are in
+	// micro-dollars; empty otherwise.
+	Unit string `json:"unit,omitempty"`
 }
 
 // Limits lists the limits in force, in configuration order.
@@ -41,6 +44,9 @@ func (s *Service) Limits() []LimitInfo {
 			Quota: l.Limit.Quota, PeriodMs: l.Limit.Period.Milliseconds(), Burst: l.Limit.Burst,
 			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar,
 		}
+		if l.Cost.Spend {
+			out[i].Unit = USD.String()
+		}
 	}
 	return out
 }
@@ -51,6 +57,8 @@ func costString(c config.Cost) string {
 		return fmt.Sprint(c.Constant)
 	case c.By != "":
 		return fmt.Sprintf("by %s %v default %d", c.By, c.Weights, c.Default)
+	case c.Spend:
+		return "spend"
 	}
 	return "request"
 }

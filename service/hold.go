@@ -28,9 +28,12 @@ const (
 	Tokens
 	// InFlight: a concurrency limit, requests in flight.
 	InFlight
+	// USD: a spend budget (unit: usd), charged each request's Spend in
+	// micro-dollars.
+	USD
 )
 
-// String returns "requests", "tokens" or "in_flight".
+// String returns "requests", "tokens", "in_flight" or "usd".
 func (u Unit) String() string {
 	switch u {
 	case Requests:
@@ -39,6 +42,8 @@ func (u Unit) String() string {
 		return "tokens"
 	case InFlight:
 		return "in_flight"
+	case USD:
+		return "usd"
 	}
 	return fmt.Sprintf("Unit(%d)", uint8(u))
 }
@@ -47,6 +52,8 @@ func unitOf(l *config.Limit) Unit {
 	switch {
 	case l.Concurrency:
 		return InFlight
+	case l.Cost.Spend:
+		return USD
 	case l.Cost.Constant > 0 || l.Cost.By != "":
 		return Requests
 	}
@@ -148,7 +155,8 @@ func (s *Service) ReserveHold(ctx context.Context, req Request, opts HoldOptions
 	return d, &Hold{svc: s, res: res, checks: p.enforced}, nil
 }
 
-// Settle tells what the held request really cost: actual is its own cost
+// Settle tells what the held request really cost (limits in usd keep their
+// charge; SettleSpend settles them too): actual is its own cost
 // (such as the LLM tokens it used), turned into each limit's cost as in
 // Check, so a limit counting requests keeps its charge, a token limit is
 // charged actual, and a concurrency slot is released. The difference from
@@ -162,7 +170,7 @@ func (h *Hold) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 || actual > tokenlimit.MaxCost {
 		return invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	if err := h.svc.settleChecks(ctx, h.res, h.checks, actual); err != nil {
+	if err := h.svc.settleChecks(ctx, h.res, h.checks, actual, nil); err != nil {
 		return fmt.Errorf("service: settle: %w", err)
 	}
 	return nil

@@ -64,7 +64,7 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 				continue
 			}
 			limit, suffix := effective(rules.cfg, l, desc, now)
-			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key + suffix, Limit: limit, Cost: l.Cost.Of(desc, cost)}, descriptors: desc}
+			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key + suffix, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}, descriptors: desc}
 			if l.Shadow {
 				p.shadow = append(p.shadow, c)
 			} else {
@@ -76,6 +76,9 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 }
 
 func (s *Service) validate(i int, r Request) error {
+	if r.Spend < 0 || r.Spend > tokenlimit.MaxCost {
+		return invalid("requests[%d].spend: must be between 0 and %d micro-dollars, got %d", i, int64(tokenlimit.MaxCost), r.Spend)
+	}
 	if r.Cost < 0 || r.Cost > tokenlimit.MaxCost {
 		return invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
 	}

@@ -203,13 +203,20 @@ func (s *Service) reserveChecks(ctx context.Context, checks []check, id string, 
 }
 
 // settleChecks settles res, reserved for checks, at the request's real cost
-// actual: each limit's cost of it as in Check, 0 for a concurrency slot
-// (released), within the store timeout when the store is remote.
-func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation, checks []check, actual int64) error {
+// actual and spend: each limit's cost of them as in Check, 0 for a
+// concurrency slot (released), within the store timeout when the store is
+// remote. A nil spend keeps what limits in usd were charged.
+func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation, checks []check, actual int64, spend *int64) error {
 	actuals := make([]int64, len(checks))
 	for i, c := range checks {
-		if !c.limit.Concurrency {
-			actuals[i] = c.limit.Cost.Of(c.descriptors, actual)
+		switch {
+		case c.limit.Concurrency:
+		case c.limit.Cost.Spend && spend == nil:
+			actuals[i] = c.item.Cost
+		case c.limit.Cost.Spend:
+			actuals[i] = *spend
+		default:
+			actuals[i] = c.limit.Cost.Of(c.descriptors, actual, 0)
 		}
 	}
 	if s.store.Remote {
@@ -253,7 +260,7 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (already 
 		s.reserves.settled(h)
 		return false, nil
 	}
-	if err := s.settleChecks(ctx, h.res, h.checks, actual); err != nil {
+	if err := s.settleChecks(ctx, h.res, h.checks, actual, nil); err != nil {
 		return false, err
 	}
 	h.settled = true

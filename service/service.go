@@ -226,6 +226,10 @@ type Request struct {
 	// Cost is the request's own cost (such as LLM tokens), used by limits
 	// whose cost is "request". Zero means 1.
 	Cost int64
+	// Spend is the request's price in micro-dollars (1 USD = 1,000,000),
+	// charged by limits with unit: usd; zero charges them nothing. Callers
+	// price requests themselves (see PriceOf), as the LLM proxy does.
+	Spend int64
 }
 
 // Outcome is one limit's answer within a Decision.

@@ -424,6 +424,30 @@ func TestBrowser(t *testing.T) {
 		tb.screenshots("limits")
 	})
 
+	// Spend budgets show their amounts in dollars, not micro-dollars.
+	t.Run("spend limits", func(t *testing.T) {
+		h := newEnv(t, nil, web.Options{}, true)
+		cfg, err := config.Parse([]byte(`
+prices:
+  gpt-4o: {input: 2.50, output: 10}
+limits:
+  - {name: daily-spend, key: [api_key], unit: usd, algorithm: fixed_window, limit: 5.00/day}
+  - {name: spend-bucket, key: [api_key], unit: usd, algorithm: token_bucket, capacity: 1.5, refill: 0.25/h}
+`), "spend.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.svc.Reload(cfg)
+		spend := httptest.NewServer(h.h)
+		t.Cleanup(spend.Close)
+		tb := openTab(t, browser, spend, "limits", shots)
+		tb.wait(`document.querySelectorAll('#lim-table tbody tr').length === 2`)
+		budgets := eval[string](tb, `[...document.querySelectorAll('#lim-table tbody tr')].map((r) => r.cells[4].textContent + ' / ' + r.cells[5].textContent).join('; ')`)
+		if want := "$5.00 per 24 h / each call's price in US dollars; $1.50 of spend, refilling $0.25 per 60 min / each call's price in US dollars"; budgets != want {
+			t.Errorf("budgets %q, want %q", budgets, want)
+		}
+	})
+
 	t.Run("key inspector", func(t *testing.T) {
 		e.check(map[string]string{"user": "frank", "route": "/v1/embed"})
 		tb := openTab(t, browser, srv, "inspector", shots)

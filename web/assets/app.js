@@ -195,14 +195,21 @@
   })();
 
   // ---- Limits ------------------------------------------------------------
+  // usd writes micro-dollars as dollars: 5000000 is $5.00, 1234 $0.001234.
+  function usd(micro) {
+    const frac = String(micro % 1e6).padStart(6, '0').replace(/0+$/, '').padEnd(2, '0');
+    return `$${Math.floor(micro / 1e6).toLocaleString('en-US')}.${frac}`;
+  }
   function budget(l) {
     const per = dur(l.period_ms);
-    if (l.calendar) return `${num(l.quota)} per calendar ${l.calendar}`;
+    const amount = l.unit === 'usd' ? usd : num;
+    if (l.calendar) return `${amount(l.quota)} per calendar ${l.calendar}`;
     switch (l.algorithm) {
-      case 'token_bucket': return `${num(l.burst || l.quota)} tokens, refilling ${num(l.quota)} per ${per}`;
-      case 'gcra': return `${num(l.quota)} per ${per}, bursts of ${num(l.burst || l.quota)}`;
+      case 'token_bucket': return l.unit === 'usd' ? `${usd(l.burst || l.quota)} of spend, refilling ${usd(l.quota)} per ${per}`
+        : `${num(l.burst || l.quota)} tokens, refilling ${num(l.quota)} per ${per}`;
+      case 'gcra': return `${amount(l.quota)} per ${per}, bursts of ${amount(l.burst || l.quota)}`;
       case 'concurrency': return `${num(l.quota)} in flight (lease ${per})`;
-      default: return `${num(l.quota)} per ${per}`;
+      default: return `${amount(l.quota)} per ${per}`;
     }
   }
   let limitsCache = null;
@@ -223,7 +230,7 @@
           el('td', {}, el('code', { text: key })),
           el('td', { text: l.algorithm }),
           el('td', { text: budget(l) }),
-          el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost }),
+          el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost === 'spend' ? "each call's price in US dollars" : l.cost }),
           el('td', { text: l.fail_open ? 'fail open: allow, counted locally' : 'fail closed: answer 503' }));
       }));
       return d.limits.length ? '' : 'No limits are configured.';

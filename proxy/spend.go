@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// This file prices calls for spend budgets (limits with unit: usd): a call
+// reserves the price of its estimate and settles to the price of the tokens
+// it used, in whole micro-dollars, by the configuration's prices table.
+
+// bill is what a call consumed, split as providers price it.
+type bill struct {
+	// Input is input tokens at the input price (Anthropic's cache writes
+	// included), Cached input tokens read from the prompt cache, Output the
+	// output tokens (reasoning included).
+	Input, Cached, Output int64
+}
+
+// tokens returns the bill's tokens, at most tokenlimit.MaxCost.
+func (b bill) tokens() int64 {
+	return min(addSat(addSat(b.Input, b.Cached), b.Output), tokenlimit.MaxCost)
+}
+
+// estimateBill is what the estimate reserves: the prompt at the input
+// price, the reply's maximum at the output price.
+func estimateBill(e Estimate) bill { return bill{Input: e.Prompt, Output: e.Completion} }
+
+// price returns the bill's price for c's model in micro-dollars, at most
+// tokenlimit.MaxCost, and whether the model has a price.
+func (p *Proxy) price(c *call, b bill) (int64, bool) {
+	_, price, ok := p.svc.PriceOf(c.est.Model)
+	if !ok {
+		return 0, false
+	}
+	return min(price.Of(b.Input, b.Cached, b.Output), tokenlimit.MaxCost), true
+}
+
+// priceEstimate sets the spend c reserves. A call of a model without a
+// price that selects an enforced limit in usd is refused with 400 (an
+// operator who wants such calls served prices them with a "*" entry); false
+// then.
+func (p *Proxy) priceEstimate(w http.ResponseWriter, c *call) bool {
+	if spend, ok := p.price(c, estimateBill(c.est)); ok {
+		c.req.Spend = spend
+		return true
+	}
+	sel, err := p.svc.Select(service.Request{Descriptors: c.req.Descriptors, Cost: 1})
+	if err != nil {
+		return true // ReserveHold reports it
+	}
+	for _, s := range sel {
+		if s.Unit == service.USD && !s.Shadow {
+			writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "model_not_priced",
+				fmt.Sprintf("The model %q has no price in this proxy's prices table, and the limit %s counts US dollars.", c.est.Model, s.Name))
+			return false
+		}
+	}
+	return true
+}
+
+// usdHeaders sets x-ratelimit-{limit,remaining,reset}-usd from the
+// tightest enforced limit in usd: amounts in decimal dollars ("5.00",
+// "4.99875"), the reset as a Go duration rounded up to the millisecond.
+func (p *Proxy) usdHeaders(h http.Header, d service.Decision) {
+	t, ok := p.tightestOf(d, service.USD)
+	if !ok {
+		return
+	}
+	h.Set("X-Ratelimit-Limit-Usd", config.FormatUSD(t.Limit))
+	h.Set("X-Ratelimit-Remaining-Usd", config.FormatUSD(t.Remaining))
+	h.Set("X-Ratelimit-Reset-Usd", ratelimitheader.CeilMillis(t.ResetAfter).String())
+}
