@@ -35,8 +35,8 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/tokenizer"
 
-	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"

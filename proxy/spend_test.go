@@ -87,7 +87,7 @@ func TestSpendSettledToTheMicroDollar(t *testing.T) {
 
 // formatMicro writes µ$ below $5 as the headers do: "4.999845".
 func formatMicro(micro int64) string {
-	s := strings.TrimRight(itoa(1_000_000+micro%1_000_000)[1:], "0")
+	s := strings.TrimRight(itoa(1_000_000 + micro%1_000_000)[1:], "0")
 	for len(s) < 2 {
 		s += "0"
 	}
