@@ -133,8 +133,11 @@ func (b behaviour) chatUsage() string {
 	if b.NoUsage {
 		return ""
 	}
-	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
-		b.Prompt, b.Completion, b.Prompt+b.Completion, b.CacheRead)
+	details := ""
+	if b.CacheRead > 0 {
+		details = fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, b.CacheRead)
+	}
+	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s}`, b.Prompt, b.Completion, b.Prompt+b.Completion, details)
 }
 
 // hold applies the behaviour's holds after the first content chunk; it
