@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,10 +37,13 @@ func benchCommand() *cobra.Command {
 		Long: `Send POST /v1/check from several concurrent keep-alive clients for a fixed
 time, spreading requests over a number of users (descriptor user=u<N>), and
 report decisions per second, allowed and denied answers, and latency
-percentiles. It stops by itself after --duration.`,
+percentiles. It stops by itself after --duration. The progress bar is drawn
+only on a terminal; into a file or a pipe it writes a start line and the
+summary.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd.Context(), f, cmd.OutOrStdout())
+			out := cmd.OutOrStdout()
+			return runBench(cmd.Context(), f, out, isTerminal(out))
 		},
 	}
 	fl := cmd.Flags()
@@ -86,7 +90,10 @@ func (b *benchTally) record(status int, took time.Duration, err error) {
 
 func (b *benchTally) total() int64 { return b.allowed.Load() + b.denied.Load() + b.failed.Load() }
 
-func runBench(ctx context.Context, f benchFlags, out io.Writer) error {
+// runBench loads the server and writes the summary to out, drawing a
+// progress bar when tty (out is a terminal: the bar redraws its line with
+// carriage returns).
+func runBench(ctx context.Context, f benchFlags, out io.Writer, tty bool) error {
 	switch {
 	case f.duration <= 0 || f.duration > 10*time.Minute:
 		return fmt.Errorf("--duration: want (0, 10m], got %s: %w", f.duration, errUsage)
@@ -120,7 +127,12 @@ func runBench(ctx context.Context, f benchFlags, out io.Writer) error {
 			}
 		})
 	}
-	progress(ctx, out, start, f.duration, &tally)
+	if tty {
+		progress(ctx, out, start, f.duration, &tally)
+	} else {
+		fmt.Fprintf(out, "loading %s for %s with %d clients over %d users\n", url, f.duration, f.concurrency, f.users)
+		<-ctx.Done()
+	}
 	wg.Wait()
 	summarize(out, time.Since(start), &tally)
 	if tally.total() == 0 || tally.failed.Load() == tally.total() {
@@ -153,20 +165,21 @@ func post(ctx context.Context, client *http.Client, url string, body []byte) (in
 	return resp.StatusCode, nil
 }
 
-// progress draws a progress bar on one line, twice a second, until ctx ends.
+// progress draws a progress bar on one line, at once and then twice a
+// second, until ctx ends.
 func progress(ctx context.Context, out io.Writer, start time.Time, d time.Duration, t *benchTally) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		elapsed := time.Since(start)
+		done := int(min(1, elapsed.Seconds()/d.Seconds()) * 30)
+		fmt.Fprintf(out, "\r[%s%s] %5.1fs  %d requests  %.0f/s", strings.Repeat("#", done), strings.Repeat(".", 30-done),
+			elapsed.Seconds(), t.total(), float64(t.total())/max(elapsed.Seconds(), 1e-3))
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(out)
 			return
 		case <-tick.C:
-			elapsed := time.Since(start)
-			done := int(min(1, elapsed.Seconds()/d.Seconds()) * 30)
-			fmt.Fprintf(out, "\r[%s%s] %5.1fs  %d requests  %.0f/s", strings.Repeat("#", done), strings.Repeat(".", 30-done),
-				elapsed.Seconds(), t.total(), float64(t.total())/elapsed.Seconds())
 		}
 	}
 }
@@ -183,4 +196,15 @@ func summarize(out io.Writer, took time.Duration, t *benchTally) {
 	fmt.Fprintf(out, "%d requests in %s: %.0f decisions/s\n", t.total(), took.Round(time.Millisecond), float64(t.total())/took.Seconds())
 	fmt.Fprintf(out, "allowed %d, denied %d, failed %d\n", t.allowed.Load(), t.denied.Load(), t.failed.Load())
 	fmt.Fprintf(out, "latency p50 %s, p90 %s, p99 %s, max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
+}
+
+// isTerminal reports whether w is a terminal (a character device such as a
+// tty), where a progress bar may redraw its line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -24,6 +24,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", err, errUsage) })
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -64,7 +65,7 @@ func validateCommand() *cobra.Command {
 func exactArgs(n int, names string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return fmt.Errorf("%s: want %s, got %d arguments", cmd.Name(), names, len(args))
+			return fmt.Errorf("%s: want %s, got %d arguments: %w", cmd.Name(), names, len(args), errUsage)
 		}
 		return nil
 	}
@@ -72,3 +73,42 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 
 // errUsage marks a bad flag value; the message names the flag.
 var errUsage = errors.New("usage")
+
+// The exit statuses of the program (ExitCode maps Run's error to one).
+const (
+	ExitOK = 0
+	// ExitDenied: check was denied; any other failure without a status of
+	// its own (an invalid configuration, a server that failed) is 1 too.
+	ExitDenied = 1
+	// ExitUsage: a bad flag or argument, or a request the server refused
+	// as asked (4xx other than 429).
+	ExitUsage = 2
+	// ExitUnreachable: the server could not be reached or did not decide
+	// (a timeout, a 5xx such as 503 while a fail-closed limit cannot be
+	// decided).
+	ExitUnreachable = 3
+)
+
+// exitError is an error with its exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// ExitCode is the exit status for Run's error: ExitOK for nil, the status an
+// error carries, ExitUsage for a bad flag or argument, else 1.
+func ExitCode(err error) int {
+	var e *exitError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &e):
+		return e.code
+	case errors.Is(err, errUsage):
+		return ExitUsage
+	}
+	return 1
+}

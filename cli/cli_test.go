@@ -301,11 +301,24 @@ func TestBenchLoadsAServerAndSummarizes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out.String())
 	}
-	// 3 users × a bucket of 10 refilling 2/s, embeds costing 3: most are denied.
-	for _, want := range []string{"[#", "decisions/s", "allowed ", "denied ", "failed 0", "latency p50"} {
+	// 3 users × a bucket of 10 refilling 2/s, embeds costing 3: most are
+	// denied. Not a terminal: no progress bar, no carriage return.
+	for _, want := range []string{"loading " + base + "/v1/check for 700ms", "decisions/s", "allowed ", "denied ", "failed 0", "latency p50"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.ContainsAny(out.String(), "\r#") {
+		t.Errorf("bench output into a buffer has a progress bar:\n%q", out.String())
+	}
+	// On a terminal, the bar redraws its line.
+	out.Reset()
+	f := benchFlags{server: base, duration: 300 * time.Millisecond, concurrency: 1, users: 1}
+	if err := runBench(context.Background(), f, &out, true); err != nil {
+		t.Fatalf("bench on a terminal: %v", err)
+	}
+	if !strings.HasPrefix(out.String(), "\r[...") {
+		t.Errorf("bench output on a terminal lacks the progress bar:\n%q", out.String())
 	}
 	for _, args := range [][]string{{"bench", "--duration", "0s"}, {"bench", "--concurrency", "0"}, {"bench", "--users", "0"}} {
 		if err := Run(context.Background(), args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), args[1]) {
@@ -314,5 +327,44 @@ func TestBenchLoadsAServerAndSummarizes(t *testing.T) {
 	}
 	if err := Run(context.Background(), []string{"bench", "--server", "http://127.0.0.1:1", "--duration", "200ms", "--concurrency", "1"}, io.Discard, io.Discard); err == nil {
 		t.Error("bench against nothing succeeded")
+	}
+}
+
+// check's exit status tells allowed, denied, a bad request and no decision
+// apart.
+func TestCheckExitCodes(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  - name: one\n    key: [user]\n    algorithm: fixed_window\n    limit: 1/1h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, _, stop := startServeLogged(t, "--config", cfg)
+	defer stop()
+	code := func(args ...string) int {
+		return ExitCode(Run(context.Background(), append([]string{"check", "--server", base}, args...), io.Discard, io.Discard))
+	}
+	if got := code("-d", "user=a"); got != ExitOK {
+		t.Errorf("allowed: exit %d, want %d", got, ExitOK)
+	}
+	if got := code("-d", "user=a"); got != ExitDenied {
+		t.Errorf("denied: exit %d, want %d", got, ExitDenied)
+	}
+	if got := code("-d", "user="+strings.Repeat("x", 300)); got != ExitUsage {
+		t.Errorf("a value the server refuses (400): exit %d, want %d", got, ExitUsage)
+	}
+	if got := code("--nonsense"); got != ExitUsage {
+		t.Errorf("an unknown flag: exit %d, want %d", got, ExitUsage)
+	}
+	if got := code("-d", "novalue"); got != ExitUsage {
+		t.Errorf("a bad descriptor flag: exit %d, want %d", got, ExitUsage)
+	}
+	for status, want := range map[int]int{429: ExitDenied, 400: ExitUsage, 401: ExitUsage, 503: ExitUnreachable, 500: ExitUnreachable, 302: ExitUnreachable} {
+		if got := statusExit(status); got != want {
+			t.Errorf("status %d: exit %d, want %d", status, got, want)
+		}
+	}
+	err := Run(context.Background(), []string{"check", "--server", "http://127.0.0.1:1", "-d", "user=a"}, io.Discard, io.Discard)
+	if got := ExitCode(err); got != ExitUnreachable || !strings.Contains(err.Error(), "no answer") {
+		t.Errorf("unreachable: exit %d (%v), want %d", got, err, ExitUnreachable)
 	}
 }

@@ -36,7 +36,11 @@ func checkCommand() *cobra.Command {
 	var f clientFlags
 	cmd := &cobra.Command{
 		Use:   "check -d name=value...",
-		Short: "Ask a running server to decide (and charge) one request; exit status 1 when denied",
+		Short: "Ask a running server to decide (and charge) one request; exit status 0 allowed, 1 denied, 3 unreachable",
+		Long: `Ask a running server to decide (and charge) one request, and print its answer.
+Exit status: 0 allowed, 1 denied (429), 2 a bad request or flag (the server
+answered 4xx), 3 no decision (the server is unreachable, timed out, or
+answered 5xx such as 503 while a fail-closed limit cannot be decided).`,
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.call(cmd, "/v1/check", map[string]any{"cost": f.cost}, http.StatusOK)
@@ -104,7 +108,7 @@ func (f *clientFlags) call(cmd *cobra.Command, path string, body map[string]any,
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return &exitError{ExitUnreachable, fmt.Errorf("--server %s: no answer: %w", f.server, err)}
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -117,9 +121,22 @@ func (f *clientFlags) call(cmd *cobra.Command, path string, body map[string]any,
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), pretty.String())
 	if resp.StatusCode != want {
-		return fmt.Errorf("%s answered %s", path, resp.Status)
+		return &exitError{statusExit(resp.StatusCode), fmt.Errorf("%s answered %s", path, resp.Status)}
 	}
 	return nil
+}
+
+// statusExit is the exit status for an answer other than 200: 1 denied
+// (429), 2 refused as asked (another 4xx), 3 no decision (5xx, or anything
+// else).
+func statusExit(status int) int {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return ExitDenied
+	case status >= 400 && status < 500:
+		return ExitUsage
+	}
+	return ExitUnreachable
 }
 
 func (f *clientFlags) token() string {

@@ -17,6 +17,6 @@ func main() {
 	defer stop()
 	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "tokenlimit:", err)
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }
