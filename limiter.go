@@ -167,7 +167,7 @@ func (l *Limiter) Reserve(ctx context.Context, items ...Item) (Decision, *Reserv
 
 // Reservation is an admitted charge whose real cost is known later, such as
 // an LLM call reserved at prompt + max tokens and settled at its reported
-// usage (S14). It is safe for concurrent use; it settles at most once.
+// usage. It is safe for concurrent use; it settles at most once.
 type Reservation struct {
 	limiter *Limiter
 	items   []Item

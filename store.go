@@ -70,7 +70,7 @@ func validateKeyCost(key, costField string, cost, minCost int64) error {
 }
 
 // Adjustment changes what an earlier, admitted charge took from a budget:
-// it is how reservations are settled (S14).
+// it is how reservations are settled.
 type Adjustment struct {
 	// Key and Limit identify the budget, as in the Item that was charged.
 	Key   string

@@ -57,7 +57,7 @@ echo "==> tokenlimit serve: HTTP /v1/check and gRPC ShouldRateLimit, memory and 
 	>"$out/httpload.md" 2>"$out/httpload.log"
 echo "load average at the end: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
-# The LLM proxy (issue 4) and the dashboard (issue 5), in process.
+# The LLM proxy and the dashboard, in process.
 echo "==> proxy: tokenizer and proxy overhead; web: /v1/check with the overview open or closed"
 go test -run '^$' -bench . -benchtime 3000x ./proxy/ >"$out/proxy.txt"
 go test -run '^$' -bench . -count "$rounds" ./web/ >"$out/web.txt"

@@ -131,8 +131,8 @@ func TestExamplesLoad(t *testing.T) {
 	}
 }
 
-// The quickstart is what the README's first command serves; issue 3 fixes
-// its two limits.
+// The quickstart is what the README's first command serves; its two limits
+// are the ones the README and docs/api.md walk through.
 func TestQuickstartExample(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Load("../examples/quickstart.yaml")

@@ -1,6 +1,6 @@
 // Package proxy is an OpenAI-compatible reverse proxy that enforces
 // tokenlimit's limits on LLM calls, counted in the tokens they really
-// consume (SPEC S14):
+// consume:
 //
 //  1. Before forwarding, it counts the prompt with an offline BPE tokenizer,
 //     adds the most the reply may use (max_tokens, or a default), and

@@ -93,7 +93,7 @@ func TestServerTimeIgnoresSkewedCallerClocks(t *testing.T) {
 	}
 }
 
-// naiveAllow is the client-side limiter the source documents warn of: read
+// naiveAllow is the classic client-side limiter, unsafe under concurrency: read
 // the counter, compare it with the limit, then increment it, in three steps
 // that other clients interleave with. between runs after the GET.
 func naiveAllow(ctx context.Context, c *redis.Client, key string, limit int64, between func()) (bool, error) {

@@ -20,7 +20,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// TestRedisOutage is issue 3's fault test, for real: a service on a real
+// TestRedisOutage is the service's fault test, for real: a service on a real
 // redis-server under load from several goroutines; the server stops; each
 // limit follows its failure mode (fail-open: exactly its local share, then
 // denied; fail-closed: unavailable) and health says degraded; the server

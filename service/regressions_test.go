@@ -152,7 +152,7 @@ limits:
 }
 
 // On Redis Cluster, the limits one request selects must be checked in one
-// atomic script: their keys need a shared hash tag (S4, S7).
+// atomic script: their keys need a shared hash tag.
 func TestMultiLimitCheckOnRedisCluster(t *testing.T) {
 	t.Parallel()
 	for _, tagged := range []bool{false, true} {

@@ -19,7 +19,7 @@ func Cases() []Case {
 var (
 	fw5per5s = tokenlimit.FixedWindowLimit(5, 5*s)
 	sl5per5s = tokenlimit.SlidingLogLimit(5, 5*s)
-	// The source documents' token bucket: capacity 10, 2 tokens/s.
+	// The classic teaching token bucket: capacity 10, 2 tokens/s.
 	tb10at2 = tokenlimit.TokenBucketLimit(10, 2, s)
 )
 

@@ -17,7 +17,7 @@ type raceBody struct {
 	// Requests are sent alternately by the two replicas, A and B.
 	Requests int `json:"requests"`
 	// Limit is the budget: Limit requests per minute (a fixed window, the
-	// source documents' counter).
+	// classic per-minute counter).
 	Limit int64 `json:"limit"`
 	// InFlight is how many requests each replica has in flight at once:
 	// the requests go in waves of 2×InFlight.

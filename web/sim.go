@@ -22,7 +22,7 @@ type entry struct {
 }
 
 // simBody is the body of /ui/api/sim/window and /ui/api/sim/bucket.
-// Parameters left out take the source documents' values: a window of 5
+// Parameters left out take the classic teaching values: a window of 5
 // requests per 5 s; a bucket of 10 tokens refilling 2 per second.
 type simBody struct {
 	// Session is the id the previous answer gave; empty or expired starts

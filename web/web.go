@@ -2,7 +2,8 @@
 // live overview of the service (decisions per second per limit, store
 // health, configuration version), the limits in force, a key inspector, and
 // simulators that run the real engine in a sandbox — the sliding window and
-// the token bucket of the source documents, the race between client-side
+// the token bucket of the classic rate-limiting walkthroughs (5 per 5 s;
+// 10 tokens refilling 2 per second), the race between client-side
 // GET-then-INCR and the atomic check, and the five algorithms side by side.
 //
 // The page is plain HTML, CSS and JavaScript embedded with embed.FS: no

@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.users, "users", 10_000, "users the load is spread over (one key each)")
 	fs.StringVar(&clients, "clients", "16,64,256", "concurrent keep-alive callers of the peak search")
 	fs.DurationVar(&o.peakDuration, "peak-duration", 3*time.Second, "load per level of the peak search")
-	fs.StringVar(&shares, "shares", "0.5", "open-loop rates as shares of the peak; issue 3's target is at 0.5")
+	fs.StringVar(&shares, "shares", "0.5", "open-loop rates as shares of the peak; the latency target is at 0.5")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "open-loop load")
 	fs.IntVar(&o.workers, "workers", 256, "open loop: most calls in flight (a call that finds all busy waits, and the wait counts)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of everything; the tables show medians")

@@ -145,7 +145,7 @@ func writeReport(w io.Writer, o options, m machine, wake [][]time.Duration, cell
 	p("| %s | %s | %s | %s | %s |\n", wq(0.5), wq(0.9), wq(0.99), wq(0.999), wq(1))
 
 	p("\n### Latency at a constant rate (open loop)\n\n")
-	p("Calls sent on a fixed schedule at a share of the peak above. Latency is timed from each call's scheduled send time, so that a stall counts against every call it delays; \"from send\" times the same calls from when they were actually sent; \"pacer\" is how late the scheduler itself queued calls (p99), a part of the first. Target (issue 3): p99 under 1 ms at 50%% of the peak.\n\n")
+	p("Calls sent on a fixed schedule at a share of the peak above. Latency is timed from each call's scheduled send time, so that a stall counts against every call it delays; \"from send\" times the same calls from when they were actually sent; \"pacer\" is how late the scheduler itself queued calls (p99), a part of the first. Target: p99 under 1 ms at 50%% of the peak.\n\n")
 	p("| store | API | share | rate | p50 | p99 | p99.9 | max | p99 from send | pacer p99 | allowed | p99 < 1 ms |\n")
 	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	row := func(i int, name string, share float64, floor bool, get func(*cell) *tally) {

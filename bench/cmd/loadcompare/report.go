@@ -142,7 +142,7 @@ func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
 		tb, ok1 := ratio(vOursTBRueidis, vRedisRate, ci)
 		gcra, ok2 := ratio(vOursGCRARueidis, vRedisRate, ci)
 		if n == 64 && ok1 && ok2 {
-			w.printf("\nTarget (issue 2): at 64 callers ≥ 2x redis_rate. Token bucket via rueidis: %.2fx, %s; GCRA via rueidis: %.2fx, %s.\n",
+			w.printf("\nTarget: at 64 callers ≥ 2x redis_rate. Token bucket via rueidis: %.2fx, %s; GCRA via rueidis: %.2fx, %s.\n",
 				tb, verdict(tb >= 2), gcra, verdict(gcra >= 2))
 		}
 	}
@@ -204,7 +204,7 @@ func (w *report) scripts(cfg config, variants []variant, costs [][]scriptCost, s
 	w.printf("| plain SET (reference) | %.2f | | | |\n\n", median(sets))
 	if seed >= 0 && tb >= 0 && gcra >= 0 && med[seed] > 0 {
 		rt, rg := med[tb]/med[seed], med[gcra]/med[seed]
-		w.printf("Target (issue 2): ours ≤ 0.6x the seed script. Token bucket: %.2fx, %s; GCRA: %.2fx, %s.\n\n",
+		w.printf("Target: ours ≤ 0.6x the seed script. Token bucket: %.2fx, %s; GCRA: %.2fx, %s.\n\n",
 			rt, verdict(rt <= 0.6), rg, verdict(rg <= 0.6))
 	}
 }
@@ -226,7 +226,7 @@ func (w *report) memory(mem []keyMemory) {
 		}
 		w.printf("| %s | %s | %s | %s | %s |\n", m.name, keys, kinds, bytes, m.ttl.Round(time.Millisecond))
 	}
-	w.printf("\nTarget (issue 2): token bucket and GCRA ≤ 88 bytes (redis_rate's key measures %d here).", rate)
+	w.printf("\nTarget: token bucket and GCRA ≤ 88 bytes (redis_rate's key measures %d here).", rate)
 	for _, m := range mem {
 		if m.name == "ours token_bucket" || m.name == "ours gcra" {
 			w.printf(" %s: %d, %s.", strings.TrimPrefix(m.name, "ours "), m.total(), verdict(m.total() <= 88))

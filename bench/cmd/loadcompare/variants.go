@@ -17,8 +17,8 @@ import (
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 )
 
-// seedTokenBucket is the token-bucket script of the source documents
-// (shared/seeds/000_*.txt, the token_bucket.lua block), verbatim: a HASH of
+// seedTokenBucket is a classic client-side token-bucket script, kept
+// verbatim (seed_token_bucket.lua) as the baseline to beat: a HASH of
 // tokens and ts, the caller's clock in ms, float refill per ms, three
 // commands (HMGET, HMSET, PEXPIRE).
 //
