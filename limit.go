@@ -68,6 +68,25 @@ func (a Algorithm) Valid() bool {
 	return a >= FixedWindow && a <= GCRA
 }
 
+// MarshalText returns the algorithm's name, so that JSON and YAML carry
+// "token_bucket", not a number. An invalid algorithm is an error.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if !a.Valid() {
+		return nil, fmt.Errorf("tokenlimit: marshal %s: not an algorithm", a)
+	}
+	return []byte(algorithmNames[a]), nil
+}
+
+// UnmarshalText sets a to the algorithm named by text, as ParseAlgorithm.
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	v, err := ParseAlgorithm(string(text))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
 // ParseAlgorithm returns the algorithm named s (see Algorithm.String). The
 // match ignores case and accepts '-' for '_'.
 func ParseAlgorithm(s string) (Algorithm, error) {
@@ -77,7 +96,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[1:], ", "))
+	return 0, fmt.Errorf("tokenlimit: unknown algorithm %q (want one of %s)", s, strings.Join(algorithmNames[1:], ", "))
 }
 
 // Limit is a budget of cost. The zero value is invalid; build one with the

@@ -219,7 +219,7 @@ func (b *builder) build(raw *rawFile) *Config {
 
 func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	before := len(b.errs)
-	l := Limit{Name: r.Name, Key: r.Key, Shadow: r.Shadow, FailOpen: true, FailOpenShare: 1, Calendar: r.Calendar}
+	l := Limit{Name: r.Name, Key: r.Key, Shadow: r.Shadow, FailOpen: true, FailOpenShare: 1}
 	if !namePattern.MatchString(r.Name) {
 		b.fail(at(path, "name"), "want 1-63 lowercase letters, digits, '_', '-' or '.', starting with a letter or digit; got %q", r.Name)
 	}
@@ -268,7 +268,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 		}
 	}
 	b.localCache(path, r, &l)
-	b.calendar(path, &l)
+	b.calendar(path, r.Calendar, &l)
 	return l, len(b.errs) == before
 }
 
@@ -338,16 +338,15 @@ func (b *builder) concurrency(path []any, r *rawLimit, l *Limit) {
 	}
 }
 
-func (b *builder) calendar(path []any, l *Limit) {
-	switch l.Calendar {
-	case "":
-	case "day", "month":
-		if l.Limit.Algorithm != tokenlimit.FixedWindow {
-			b.fail(at(path, "calendar"), "only a fixed_window can follow the calendar, not %s", l.Limit.Algorithm)
-		}
-	default:
-		b.fail(at(path, "calendar"), "want day or month, got %q", l.Calendar)
+func (b *builder) calendar(path []any, name string, l *Limit) {
+	c, err := ParseCalendar(name)
+	switch {
+	case err != nil:
+		b.fail(at(path, "calendar"), "want day or month, got %q", name)
+	case c != NoCalendar && l.Limit.Algorithm != tokenlimit.FixedWindow:
+		b.fail(at(path, "calendar"), "only a fixed_window can follow the calendar, not %s", l.Limit.Algorithm)
 	}
+	l.Calendar = c
 }
 
 type rawParams struct {
@@ -505,10 +504,11 @@ func (b *builder) plans(plans map[string]rawPlan, names map[string]int) []Limit 
 			b.fail(path, "a plan needs a daily or a monthly quota")
 		}
 		for _, q := range []struct {
-			field, calendar string
-			quota           int64
+			field    string
+			calendar Calendar
+			quota    int64
 			period          time.Duration
-		}{{"daily", "day", p.Daily, 24 * time.Hour}, {"monthly", "month", p.Monthly, 31 * 24 * time.Hour}} {
+		}{{"daily", Day, p.Daily, 24 * time.Hour}, {"monthly", Month, p.Monthly, 31 * 24 * time.Hour}} {
 			if q.quota == 0 {
 				continue
 			}

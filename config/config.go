@@ -89,11 +89,52 @@ type Limit struct {
 	// log whose window is the lease (a crashed holder's slot comes back when
 	// its lease ends), each reservation takes 1 and settling releases it.
 	Concurrency bool
-	// Calendar, if not empty, aligns the limit's window to calendar days or
-	// months ("day", "month") in Config.Location.
-	Calendar string
+	// Calendar, if not NoCalendar, aligns the limit's window to calendar
+	// days or months in Config.Location.
+	Calendar Calendar
 	// Line is where the limit is defined (0 for generated ones).
 	Line int
+}
+
+// Calendar aligns a fixed window to the calendar. The zero value is
+// NoCalendar.
+type Calendar uint8
+
+// The calendars.
+const (
+	// NoCalendar: windows of the limit's period, aligned to the Unix epoch
+	// (plus any offset).
+	NoCalendar Calendar = iota
+	// Day: one window per calendar day, midnight to midnight (23 or 25
+	// hours when the clocks change).
+	Day
+	// Month: one window per calendar month.
+	Month
+)
+
+var calendarNames = [...]string{NoCalendar: "", Day: "day", Month: "month"}
+
+// String returns the calendar's name in configuration files: "day",
+// "month", or "" for NoCalendar.
+func (c Calendar) String() string {
+	if int(c) < len(calendarNames) {
+		return calendarNames[c]
+	}
+	return fmt.Sprintf("Calendar(%d)", uint8(c))
+}
+
+// MarshalText returns the calendar's name, for JSON.
+func (c Calendar) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// ParseCalendar returns the calendar named s: "day", "month", or "" for
+// NoCalendar.
+func ParseCalendar(s string) (Calendar, error) {
+	for c, name := range calendarNames {
+		if name == s {
+			return Calendar(c), nil
+		}
+	}
+	return NoCalendar, fmt.Errorf("config: want day or month, got %q", s)
 }
 
 // Pattern matches a descriptor value: "*" matches any value, "abc*" any

@@ -195,20 +195,20 @@ func TestParseFull(t *testing.T) {
 		},
 		{
 			Name: "daily_cap", Match: map[string]config.Pattern{}, Key: []string{},
-			Limit: tokenlimit.FixedWindowLimit(1000, day), Calendar: "day", FailOpen: true, FailOpenShare: 1, Line: 40,
+			Limit: tokenlimit.FixedWindowLimit(1000, day), Calendar: config.Day, FailOpen: true, FailOpenShare: 1, Line: 40,
 		},
 		// Plans, sorted by name, each quota a calendar fixed window.
 		{
 			Name: "plan-free-monthly", Match: map[string]config.Pattern{"plan": "free"}, Key: []string{"api_key"},
-			Limit: tokenlimit.FixedWindowLimit(1000000, month), Calendar: "month", FailOpen: true, FailOpenShare: 1,
+			Limit: tokenlimit.FixedWindowLimit(1000000, month), Calendar: config.Month, FailOpen: true, FailOpenShare: 1,
 		},
 		{
 			Name: "plan-pro-daily", Match: map[string]config.Pattern{"plan": "pro"}, Key: []string{"tenant"},
-			Limit: tokenlimit.FixedWindowLimit(5000000, day), Calendar: "day", FailOpen: true, FailOpenShare: 1,
+			Limit: tokenlimit.FixedWindowLimit(5000000, day), Calendar: config.Day, FailOpen: true, FailOpenShare: 1,
 		},
 		{
 			Name: "plan-pro-monthly", Match: map[string]config.Pattern{"plan": "pro"}, Key: []string{"tenant"},
-			Limit: tokenlimit.FixedWindowLimit(100000000, month), Calendar: "month", FailOpen: true, FailOpenShare: 1,
+			Limit: tokenlimit.FixedWindowLimit(100000000, month), Calendar: config.Month, FailOpen: true, FailOpenShare: 1,
 		},
 	}
 	if len(cfg.Limits) != len(want) {

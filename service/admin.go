@@ -10,17 +10,20 @@ import (
 
 // LimitInfo describes one effective limit, for listings.
 type LimitInfo struct {
-	Name      string            `json:"name"`
-	Match     map[string]string `json:"match,omitempty"`
-	Key       []string          `json:"key"`
-	Algorithm string            `json:"algorithm"`
-	Quota     int64             `json:"quota"`
-	PeriodMs  int64             `json:"period_ms"`
-	Burst     int64             `json:"burst,omitempty"`
-	Cost      string            `json:"cost"`
-	Shadow    bool              `json:"shadow,omitempty"`
-	FailOpen  bool              `json:"fail_open"`
-	Calendar  string            `json:"calendar,omitempty"`
+	Name      string               `json:"name"`
+	Match     map[string]string    `json:"match,omitempty"`
+	Key       []string             `json:"key"`
+	Algorithm tokenlimit.Algorithm `json:"algorithm"`
+	// Concurrency marks a limit on requests in flight: a sliding log whose
+	// window is the lease.
+	Concurrency bool            `json:"concurrency,omitempty"`
+	Quota       int64           `json:"quota"`
+	PeriodMs    int64           `json:"period_ms"`
+	Burst       int64           `json:"burst,omitempty"`
+	Cost        string          `json:"cost"`
+	Shadow      bool            `json:"shadow,omitempty"`
+	FailOpen    bool            `json:"fail_open"`
+	Calendar    config.Calendar `json:"calendar,omitempty"`
 	// Unit is "usd" for a spend budget, whose quota and burst are in
 	// micro-dollars; empty otherwise.
 	Unit string `json:"unit,omitempty"`
@@ -35,12 +38,8 @@ func (s *Service) Limits() []LimitInfo {
 		for k, v := range l.Match {
 			match[k] = string(v)
 		}
-		alg := l.Limit.Algorithm.String()
-		if l.Concurrency {
-			alg = "concurrency"
-		}
 		out[i] = LimitInfo{
-			Name: l.Name, Match: match, Key: l.Key, Algorithm: alg,
+			Name: l.Name, Match: match, Key: l.Key, Algorithm: l.Limit.Algorithm, Concurrency: l.Concurrency,
 			Quota: l.Limit.Quota, PeriodMs: l.Limit.Period.Milliseconds(), Burst: l.Limit.Burst,
 			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar,
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -55,7 +56,7 @@ limits:
 			t.Fatalf("after reload: %s, want allowed by api (3 left of 5) and route-cap", describe(d))
 		}
 		infos := e.svc.Limits()
-		if len(infos) != 2 || infos[1].Name != "route-cap" || infos[1].Algorithm != "sliding_log" || infos[1].Quota != 2 ||
+		if len(infos) != 2 || infos[1].Name != "route-cap" || infos[1].Algorithm != tokenlimit.SlidingLog || infos[1].Quota != 2 ||
 			infos[1].PeriodMs != 3600000 || infos[1].FailOpen || infos[1].Match["route"] != "/v1/*" {
 			t.Errorf("Limits() after reload = %+v", infos)
 		}

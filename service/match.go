@@ -171,7 +171,7 @@ func effective(cfg *config.Config, l *config.Limit, desc map[string]string, now 
 	if o, ok := cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
 		limit = o
 	}
-	if l.Calendar == "" {
+	if l.Calendar == config.NoCalendar {
 		return limit, ""
 	}
 	label, limit := calendarWindow(limit, l.Calendar, cfg.Location, now)
@@ -182,11 +182,11 @@ func effective(cfg *config.Config, l *config.Limit, desc map[string]string, now 
 // month in loc, returning the period's label: the window starts at the
 // period's start and lasts until its end (days of 23 or 25 hours and months
 // of 28 to 31 days included).
-func calendarWindow(lim tokenlimit.Limit, calendar string, loc *time.Location, now time.Time) (string, tokenlimit.Limit) {
+func calendarWindow(lim tokenlimit.Limit, calendar config.Calendar, loc *time.Location, now time.Time) (string, tokenlimit.Limit) {
 	t := now.In(loc)
 	var start, end time.Time
 	var label string
-	if calendar == "month" {
+	if calendar == config.Month {
 		start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, loc)
 		end = start.AddDate(0, 1, 0)
 		label = start.Format("2006-01")

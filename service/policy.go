@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 )
 
 // This file describes limits to clients, as "N per window" (Policy,
@@ -23,9 +24,8 @@ type Policy struct {
 	// for a token bucket or GCRA (capacity 10 refilling 2/s: 5s), the day's
 	// or month's length for a calendar quota.
 	Window time.Duration
-	// Calendar is "day" or "month" for a quota aligned to the calendar, ""
-	// otherwise.
-	Calendar string
+	// Calendar is the calendar a quota follows, NoCalendar for none.
+	Calendar config.Calendar
 }
 
 // PolicyOf returns the policy of a limit, per Policy.

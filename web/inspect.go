@@ -18,15 +18,16 @@ type inspectBody struct {
 type stateBody struct {
 	Name string `json:"name"`
 	Key  string `json:"key"`
-	// Algorithm is the configured one, or "concurrency" for a limit on
-	// requests in flight; Policy describes the engine limit applied, such
-	// as "token_bucket 2/1s burst 10" (api key overrides and calendar
-	// windows included).
-	Algorithm string `json:"algorithm"`
-	Policy    string `json:"policy"`
-	Shadow    bool   `json:"shadow"`
-	Limit     int64  `json:"limit"`
-	Remaining int64  `json:"remaining"`
+	// Algorithm is the engine's; Concurrency marks a limit on requests in
+	// flight (a sliding log whose window is the lease). Policy describes
+	// the engine limit applied, such as "token_bucket 2/1s burst 10" (api
+	// key overrides and calendar windows included).
+	Algorithm   tokenlimit.Algorithm `json:"algorithm"`
+	Concurrency bool                 `json:"concurrency,omitempty"`
+	Policy      string               `json:"policy"`
+	Shadow      bool                 `json:"shadow"`
+	Limit       int64                `json:"limit"`
+	Remaining   int64                `json:"remaining"`
 	// Used is Limit - Remaining: the cost counted in the window, the
 	// bucket's missing tokens, or the reservations in flight.
 	Used int64 `json:"used"`
@@ -78,7 +79,7 @@ func (d *dashboard) inspect(w http.ResponseWriter, r *http.Request) {
 
 func (d *dashboard) state(o service.Outcome, info service.LimitInfo, desc map[string]string) stateBody {
 	s := stateBody{
-		Name: o.Name, Key: o.Key, Algorithm: info.Algorithm, Shadow: o.Shadow,
+		Name: o.Name, Key: o.Key, Algorithm: info.Algorithm, Concurrency: info.Concurrency, Shadow: o.Shadow,
 		Limit: o.Limit, Remaining: o.Remaining, Used: o.Limit - o.Remaining, ResetAfterMs: httpx.Millis(o.ResetAfter),
 	}
 	if l, ok := d.svc.LimitFor(o.Name, desc); ok {

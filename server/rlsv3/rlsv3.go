@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -262,10 +263,10 @@ var units = []struct {
 func currentLimit(name string, p service.Policy) *rlspb.RateLimitResponse_RateLimit {
 	rl := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clamp32(p.Limit)}
 	switch p.Calendar {
-	case "month":
+	case config.Month:
 		rl.Unit = rlspb.RateLimitResponse_RateLimit_MONTH
 		return rl
-	case "day":
+	case config.Day:
 		rl.Unit = rlspb.RateLimitResponse_RateLimit_DAY
 		return rl
 	}

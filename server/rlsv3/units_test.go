@@ -47,8 +47,8 @@ func TestCurrentLimitUnits(t *testing.T) {
 		{service.Policy{Limit: 10, Window: 1500 * time.Millisecond}, 10, second, 2},
 		{service.Policy{Limit: 10, Window: 100 * time.Millisecond}, 10, second, 0},
 		// Calendar quotas: one day or one month, whatever its length.
-		{service.Policy{Limit: 100, Window: 23 * time.Hour, Calendar: "day"}, 100, day, 0},
-		{service.Policy{Limit: 100, Window: 29 * 24 * time.Hour, Calendar: "month"}, 100, month, 0},
+		{service.Policy{Limit: 100, Window: 23 * time.Hour, Calendar: config.Day}, 100, day, 0},
+		{service.Policy{Limit: 100, Window: 29 * 24 * time.Hour, Calendar: config.Month}, 100, month, 0},
 		// Limits beyond uint32 are clamped.
 		{service.Policy{Limit: tokenlimit.MaxQuota, Window: time.Second}, math.MaxUint32, second, 0},
 	}

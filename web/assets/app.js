@@ -204,11 +204,11 @@
     const per = dur(l.period_ms);
     const amount = l.unit === 'usd' ? usd : num;
     if (l.calendar) return `${amount(l.quota)} per calendar ${l.calendar}`;
+    if (l.concurrency) return `${num(l.quota)} in flight (lease ${per})`;
     switch (l.algorithm) {
       case 'token_bucket': return l.unit === 'usd' ? `${usd(l.burst || l.quota)} of spend, refilling ${usd(l.quota)} per ${per}`
         : `${num(l.burst || l.quota)} tokens, refilling ${num(l.quota)} per ${per}`;
       case 'gcra': return `${amount(l.quota)} per ${per}, bursts of ${amount(l.burst || l.quota)}`;
-      case 'concurrency': return `${num(l.quota)} in flight (lease ${per})`;
       default: return `${amount(l.quota)} per ${per}`;
     }
   }
@@ -228,7 +228,7 @@
           el('th', { scope: 'row' }, l.name, l.shadow ? ' ' : '', l.shadow ? el('span', { class: 'badge warn', text: 'shadow' }) : ''),
           el('td', { text: match.length ? match.map(([k, v]) => `${k} = ${v}`).join(', ') : 'every request' }),
           el('td', {}, el('code', { text: key })),
-          el('td', { text: l.algorithm }),
+          el('td', { text: l.concurrency ? 'concurrency' : l.algorithm }),
           el('td', { text: budget(l) }),
           el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost === 'spend' ? "each call's price in US dollars" : l.cost }),
           el('td', { text: l.fail_open ? 'fail open: allow, counted locally' : 'fail closed: answer 503' }));
@@ -256,7 +256,7 @@
       bar.firstChild.style.width = (100 * share).toFixed(1) + '%';
       const text = s.level !== undefined
         ? `${s.level.toFixed(2)} of ${num(s.limit)} tokens`
-        : s.algorithm === 'concurrency' ? `${num(s.used)} of ${num(s.limit)} in flight` : `${num(s.used)} of ${num(s.limit)} used`;
+        : s.concurrency ? `${num(s.used)} of ${num(s.limit)} in flight` : `${num(s.used)} of ${num(s.limit)} used`;
       const cell = el('td', { 'data-remaining': s.remaining }, `${text}, ${num(s.remaining)} left`, bar);
       if (s.entries && s.entries.length) {
         cell.append(el('details', { class: 'entries' },
