@@ -507,7 +507,7 @@ func (b *builder) plans(plans map[string]rawPlan, names map[string]int) []Limit 
 			field    string
 			calendar Calendar
 			quota    int64
-			period          time.Duration
+			period   time.Duration
 		}{{"daily", Day, p.Daily, 24 * time.Hour}, {"monthly", Month, p.Monthly, 31 * 24 * time.Hour}} {
 			if q.quota == 0 {
 				continue
