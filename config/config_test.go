@@ -115,6 +115,9 @@ func TestExamplesLoad(t *testing.T) {
 		t.Fatal("no examples found in ../examples")
 	}
 	for _, f := range files {
+		if filepath.Base(f) == "envoy.yaml" {
+			continue // Envoy's own configuration, checked against Envoy's protos in cli
+		}
 		cfg, err := config.Load(f)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
