@@ -122,12 +122,16 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err := tok.Preload(tokenizer.O200kBase, tokenizer.CL100kBase); err != nil {
 		return err
 	}
+	metrics, err := proxy.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.ResponseHeaderTimeout = f.upstreamTimeout
 	p, err := proxy.New(svc, proxy.Options{
 		Upstream: upstream, AnthropicUpstream: anthropic, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
-		Tokenizer: tok, Logger: log,
+		Tokenizer: tok, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err

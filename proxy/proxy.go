@@ -124,6 +124,9 @@ type Options struct {
 	// Logger receives the proxy's logs; slog.Default() when nil. Api keys
 	// are logged redacted.
 	Logger *slog.Logger
+	// Metrics, if set, counts tokens and spend by model and the upstream's
+	// answers and latency (see NewMetrics).
+	Metrics *Metrics
 	// OnSettle, if set, is called after each admitted request's
 	// reservation is settled, for metrics and tests. It must not block.
 	OnSettle func(Settlement)
@@ -262,8 +265,10 @@ type call struct {
 	decision service.Decision
 	hold     *service.Hold
 	dialect  dialect
-	body     []byte // the body to forward; nil for a passthrough
-	injected bool   // stream_options.include_usage was added for the proxy
+	body     []byte    // the body to forward; nil for a passthrough
+	injected bool      // stream_options.include_usage was added for the proxy
+	sent     time.Time // when the call was forwarded
+	status   int       // the upstream's status (502, 504 or 499 without one)
 	once     sync.Once
 }
 
@@ -446,6 +451,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	} else {
 		pr.SetURL(p.opts.Upstream)
 	}
+	if c != nil {
+		c.sent = time.Now()
+	}
 	switch {
 	case p.opts.UpstreamAPIKey == "":
 	case d == anthropic:
@@ -482,10 +490,33 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 		if c.kind != Passthrough {
 			s.Reserved, s.ReservedSpend = c.est.Total(), c.req.Spend
 		}
-		p.log.Debug("settled", "request_id", c.id, "kind", c.kind.String(), "model", c.est.Model,
-			"reserved", c.req.Cost, "actual", actual, "spend_usd", config.FormatUSD(spend), "basis", string(basis))
+		entry, _, priced := p.svc.PriceOf(c.est.Model)
+		if !priced {
+			entry = OtherModel
+		}
+		p.opts.Metrics.settled(entry, s)
+		p.accessLog(c, s)
 		if p.opts.OnSettle != nil {
 			p.opts.OnSettle(s)
 		}
 	})
+}
+
+// accessLog writes the one line of an admitted call, once it is settled:
+// its request id, what it is, the upstream's status, its estimate, what it
+// was settled to and how, and the limits it touched.
+func (p *Proxy) accessLog(c *call, s Settlement) {
+	limits := make([]string, 0, len(c.decision.Limits))
+	for _, o := range c.decision.Limits {
+		limits = append(limits, o.Name)
+	}
+	level := slog.LevelInfo
+	if s.Err != nil {
+		level = slog.LevelError
+	}
+	p.log.Log(context.Background(), level, "call", "request_id", c.id, "api", c.kind.String(), "model", c.est.Model,
+		"key", redact.Hint(c.req.Descriptors["api_key"]), "status", c.status,
+		"estimate_tokens", s.Reserved, "estimate_usd", config.FormatUSD(s.ReservedSpend),
+		"tokens", s.Actual, "input_tokens", s.Input, "output_tokens", s.Output, "usd", config.FormatUSD(s.Spend),
+		"basis", string(s.Basis), "limits", limits, "error", s.Err)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 )
@@ -118,6 +119,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if c == nil {
 		return nil
 	}
+	c.status = resp.StatusCode
+	p.opts.Metrics.upstream(c.kind, resp.StatusCode, time.Since(c.sent))
 	switch {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// An upgraded connection (a websocket) is the client's from now
@@ -257,6 +260,8 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	c := callOf(r.Context())
 	if r.Context().Err() != nil {
 		if c != nil {
+			c.status = 499
+			p.opts.Metrics.upstream(c.kind, c.status, time.Since(c.sent))
 			p.settle(c, bill{Input: c.est.Prompt}, ByCount)
 		}
 		w.WriteHeader(499) // nobody reads it: the client has gone
@@ -270,6 +275,8 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	id := ""
 	if c != nil {
 		id = c.id
+		c.status = status
+		p.opts.Metrics.upstream(c.kind, status, time.Since(c.sent))
 		p.settle(c, bill{}, Refunded)
 		p.setHeadersAfterSettle(w.Header(), c)
 	}

@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the proxy's Prometheus metrics: the tokens and the spend of
+// settled calls by model, and the upstream's answers and latency by API.
+// The model label is the entry of the configuration's prices table that
+// priced the call, or "other": its values are bounded by the
+// configuration, whatever models clients name. Create them once per
+// registry with NewMetrics; they are safe for concurrent use.
+type Metrics struct {
+	tokens   *prometheus.CounterVec
+	spend    *prometheus.CounterVec
+	statuses *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// OtherModel is the model label of calls whose model has no price.
+const OtherModel = "other"
+
+// NewMetrics registers the proxy's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_proxy_tokens_total",
+			Help: "LLM tokens of settled calls, by model (a prices entry, or other) and direction (input, output).",
+		}, []string{"model", "direction"}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_proxy_spend_usd_total",
+			Help: "US dollars settled calls cost by the prices table, by model (a prices entry, or other).",
+		}, []string{"model"}),
+		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_proxy_upstream_responses_total",
+			Help: "Upstream answers by API (chat, completions, embeddings, responses, messages, passthrough) and HTTP status; 502/504 when it gave none, 499 when the client left first.",
+		}, []string{"api", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokenlimit_proxy_upstream_seconds",
+			Help:    "Time from forwarding a call to the upstream's response headers, by API.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"api"}),
+	}
+	for _, c := range []prometheus.Collector{m.tokens, m.spend, m.statuses, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// upstream records an upstream answer of status after took.
+func (m *Metrics) upstream(k Kind, status int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.statuses.WithLabelValues(k.String(), strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(k.String()).Observe(took.Seconds())
+}
+
+// settled records a settled call's tokens and spend (micro-dollars) under
+// model, a prices entry or OtherModel.
+func (m *Metrics) settled(model string, s Settlement) {
+	if m == nil || s.Kind == Passthrough {
+		return
+	}
+	m.tokens.WithLabelValues(model, "input").Add(float64(s.Input))
+	m.tokens.WithLabelValues(model, "output").Add(float64(s.Output))
+	m.spend.WithLabelValues(model).Add(float64(s.Spend) / 1e6)
+}

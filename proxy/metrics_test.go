@@ -1,0 +1,140 @@
+package proxy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenlimit/tokenlimit/proxy"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines() []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestObservability: settled calls count their tokens and spend under their
+// prices entry, or "other" for a model without a price; upstream answers
+// are counted by API and status and timed; each admitted call writes one
+// access-log line with its request id, estimate, usage and limits.
+func TestObservability(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := proxy.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	e := newEnv(t, "memory", withConfig("prices:\n  gpt-4o: {input: 2.50, output: 10}\n"+exampleConfig), withOptions(func(o *proxy.Options) {
+		o.Metrics, o.Logger = m, slog.New(slog.NewJSONHandler(&logs, nil))
+	}))
+	first, _ := e.post("/v1/chat/completions", alice, chatBody)
+	e.waitSettled()
+	e.post("/v1/chat/completions", alice, strings.Replace(chatBody, "gpt-4o", "mystery-1", 1))
+	e.waitSettled()
+	e.up.set(func(b *behaviour) { b.Status = http.StatusInternalServerError })
+	e.post("/v1/chat/completions", alice, chatBody)
+	e.waitSettled()
+
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "gpt-4o", "direction": "input"}, 31},
+		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "gpt-4o", "direction": "output"}, 9},
+		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "other", "direction": "input"}, 31},
+		// 31 × $2.50/M + 9 × $10/M = 167.5 µ$, rounded up.
+		{"tokenlimit_proxy_spend_usd_total", map[string]string{"model": "gpt-4o"}, 0.000168},
+		{"tokenlimit_proxy_spend_usd_total", map[string]string{"model": "other"}, 0},
+		{"tokenlimit_proxy_upstream_responses_total", map[string]string{"api": "chat", "status": "200"}, 2},
+		{"tokenlimit_proxy_upstream_responses_total", map[string]string{"api": "chat", "status": "500"}, 1},
+		{"tokenlimit_proxy_upstream_seconds", map[string]string{"api": "chat"}, 3}, // the histogram's count
+	} {
+		if got := metricValue(t, reg, tt.name, tt.labels); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+
+	var calls []map[string]any
+	for _, l := range logs.lines() {
+		if l["msg"] == "call" {
+			calls = append(calls, l)
+		}
+	}
+	if len(calls) != 3 {
+		t.Fatalf("%d access-log lines, want 3: %v", len(calls), logs.lines())
+	}
+	c := calls[0]
+	if c["request_id"] != first.Header.Get("X-Tokenlimit-Request-Id") || c["api"] != "chat" || c["status"] != float64(200) ||
+		c["estimate_tokens"] != float64(chatPrompt+100) || c["tokens"] != float64(40) || c["input_tokens"] != float64(31) ||
+		c["usd"] != "0.000168" || c["basis"] != "usage" || !strings.Contains(toJSON(c["limits"]), "tokens-per-key-model") ||
+		strings.Contains(toJSON(c), alice) {
+		t.Errorf("access log %v", c)
+	}
+	if calls[2]["status"] != float64(500) || calls[2]["basis"] != "refunded" {
+		t.Errorf("refunded call's line %v", calls[2])
+	}
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// metricValue returns the value of the counter (or the histogram's count)
+// name with exactly labels in reg, 0 if it has none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue next
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
