@@ -330,6 +330,11 @@ func TestBrowser(t *testing.T) {
 		if bars := eval[int](tb, `document.querySelectorAll('#cmp-grid svg rect').length`); bars != 5*30 {
 			t.Errorf("%d bars, want 150", bars)
 		}
+		// Each chart has a time axis from 0 s to the pattern's duration.
+		axes := eval[[]string](tb, `[...document.querySelectorAll('#cmp-grid .chart .ticks')].map((t) => t.textContent)`)
+		if len(axes) != 5 || !strings.HasPrefix(axes[0], "0 s") || !strings.HasSuffix(axes[0], " s") || len(axes[0]) < 12 {
+			t.Errorf("time axes %q, want one per chart from 0 s", axes)
+		}
 		tb.do(chromedp.SetValue(chromedp.ID("cmp-pattern"), "weighted"))
 		tb.click("#cmp-run")
 		tb.wait(`document.querySelector('#cmp-status').textContent.startsWith('30 requests')`)
@@ -402,6 +407,11 @@ func TestBrowser(t *testing.T) {
 		if points != 300 {
 			t.Errorf("the chart has %d points, want 300 (one per second)", points)
 		}
+		// A time axis: a label a minute back from now.
+		labels := eval[[]string](tb, `[...document.querySelectorAll('#ov-ticks span')].map((s) => s.textContent)`)
+		if len(labels) < 5 || labels[len(labels)-1] != "now" || labels[len(labels)-2] != "−1 min" {
+			t.Errorf("overview time axis %q, want a label a minute ending at now", labels)
+		}
 		pick := func(limit string) {
 			tb.do(chromedp.Evaluate[chromedp.Void](`{ const s = document.querySelector('#ov-limit'); s.value = '` + limit + `';
 				s.dispatchEvent(new Event('change')); }`))
@@ -449,6 +459,55 @@ limits:
 		}
 	})
 
+	// examples/llm-gateway.yaml on a 1366 px laptop: every column of the
+	// Limits table is in view, none behind a sideways scroll.
+	t.Run("limits at 1366 px", func(t *testing.T) {
+		h := newEnv(t, nil, web.Options{}, true)
+		data, err := os.ReadFile("../examples/llm-gateway.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(data, "examples/llm-gateway.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.svc.Reload(cfg)
+		gw := httptest.NewServer(h.h)
+		t.Cleanup(gw.Close)
+		tb := openTab(t, browser, gw, "limits", shots)
+		tb.wait(`document.querySelectorAll('#lim-table tbody tr').length === ` + fmt.Sprint(len(cfg.Limits)))
+		tb.do(chromedp.EmulateViewport(1366, 768))
+		hidden := eval[[]string](tb, `(() => { const wrap = document.querySelector('#lim-table').parentElement.getBoundingClientRect();
+			return [...document.querySelectorAll('#lim-table thead th')].filter((th) => th.getBoundingClientRect().right > wrap.right + 1).map((th) => th.textContent); })()`)
+		if len(hidden) > 0 || eval[bool](tb, `(() => { const w = document.querySelector('#lim-table').parentElement; return w.scrollWidth > w.clientWidth + 1; })()`) {
+			t.Errorf("at 1366 px the Limits table hides %q behind a sideways scroll", hidden)
+		}
+		png, err := chromedp.Run(tb.ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, "limits-llm-gateway-1366.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	// With no admin token the inspector says it is off, and how to turn it
+	// on, before anything is clicked; its form is disabled.
+	t.Run("key inspector off", func(t *testing.T) {
+		h := newEnv(t, nil, web.Options{}, true)
+		off := httptest.NewServer(h.h)
+		t.Cleanup(off.Close)
+		tb := openTab(t, browser, off, "inspector", shots)
+		tb.wait(`!document.querySelector('#ins-off').hidden`)
+		if note := eval[string](tb, `document.querySelector('#ins-off').textContent`); !strings.Contains(note, "off") || !strings.Contains(note, "--admin-token") {
+			t.Errorf("note %q, want it to say the inspector is off and name --admin-token", note)
+		}
+		if enabled := eval[[]string](tb, `[...document.querySelectorAll('#ins-form input, #ins-form button')].filter((c) => !c.disabled).map((c) => c.id)`); len(enabled) > 0 {
+			t.Errorf("controls %v are enabled while the inspector is off", enabled)
+		}
+		tb.screenshots("key-inspector-off")
+	})
+
 	t.Run("key inspector", func(t *testing.T) {
 		checked := time.Now()
 		e.check(map[string]string{"user": "frank", "route": "/v1/embed"})
@@ -478,6 +537,9 @@ limits:
 		tb.wait(`document.querySelectorAll('#ins-table tr[data-limit="hard-cap"] details.entries li').length === 2`)
 		if !eval[bool](tb, `document.querySelector('#ins-table details.entries').open = true`) {
 			t.Error("could not open the log entries")
+		}
+		if !eval[bool](tb, `document.querySelector('#ins-off').hidden && !document.querySelector('#ins-go').disabled`) {
+			t.Error("the inspector says it is off on a server with an admin token")
 		}
 		tb.screenshots("key-inspector")
 	})

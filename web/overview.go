@@ -189,9 +189,12 @@ func (d *dashboard) sendEvent(w http.ResponseWriter, rc *http.ResponseController
 }
 
 // limits serves GET /ui/api/limits: the limits in force and their version.
-func (d *dashboard) limits(w http.ResponseWriter, _ *http.Request) {
+func (d *dashboard) limits(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		ConfigVersion int64               `json:"config_version"`
 		Limits        []service.LimitInfo `json:"limits"`
-	}{d.svc.ConfigVersion(), d.svc.Limits()})
+		// InspectorOff says why the key inspector cannot answer this client
+		// (so the page says so before anyone types a token); "" when it can.
+		InspectorOff string `json:"inspector_off,omitempty"`
+	}{d.svc.ConfigVersion(), d.svc.Limits(), d.admin.Off("the key inspector's endpoints", r)})
 }

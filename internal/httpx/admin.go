@@ -40,6 +40,16 @@ func (g AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// Off says why the guarded endpoints refuse r whatever token it carries
+// (no admin token configured, or r not from loopback), naming them as what;
+// "" when a request with the token would be served.
+func (g AdminGate) Off(what string, r *http.Request) string {
+	if e := g.check(what, r); e != nil && e.Status == http.StatusForbidden {
+		return e.Message
+	}
+	return ""
+}
+
 func (g AdminGate) check(what string, r *http.Request) *Error {
 	switch {
 	case !g.enabled:

@@ -60,11 +60,30 @@
   const int = (id) => Math.round(Number($(id).value));
   const ms = (id) => Math.round(Number($(id).value) * 1000);
 
-  // lines draws series of values as polylines scaled to the svg's viewBox.
-  function lines(box, series, n, top) {
+  // ticks is a time axis under a chart: a label at each [share of the width,
+  // text], left to right. The chart draws a grid line at each share.
+  function ticks(marks) {
+    return el('div', { class: 'ticks', 'aria-hidden': 'true' }, ...marks.map(([at, text]) => {
+      const span = el('span', { text });
+      span.style.left = (100 * at).toFixed(2) + '%';
+      return span;
+    }));
+  }
+  // timeStep is a round tick interval in ms giving at most about 8 ticks.
+  function timeStep(totalMs) {
+    for (const s of [100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000]) if (totalMs / s <= 8) return s;
+    return 86400000;
+  }
+  // tickLines are vertical grid lines at the marks' shares of width W.
+  const tickLines = (marks, W, H) => marks.map(([at]) => svg('line', { class: 'grid-line', x1: at * W, x2: at * W, y1: 0, y2: H }));
+
+  // lines draws series of values as polylines scaled to the svg's viewBox,
+  // with vertical grid lines at marks (see ticks).
+  function lines(box, series, n, top, marks) {
     const W = 600, H = 160;
     const peak = Math.max(1, top || 0, ...series.flatMap((s) => s.values));
     const kids = [0.25, 0.5, 0.75].map((f) => svg('line', { class: 'grid-line', x1: 0, x2: W, y1: H * f, y2: H * f }));
+    kids.push(...tickLines(marks || [], W, H));
     for (const s of series) {
       const pts = s.values.map((v, i) => `${(i * W / Math.max(1, n - 1)).toFixed(1)},${(H - 4 - v / peak * (H - 12)).toFixed(1)}`);
       kids.push(svg('polyline', { class: s.cls, points: pts.join(' ') }));
@@ -159,7 +178,11 @@
       const series = ['allowed', 'denied', 'shadow', 'failopen'].map((g) => ({
         cls: 'l-' + g, values: Array.from({ length: data.seconds }, (_, i) => ls.reduce((a, l) => a + total(l, g, i, i + 1), 0)),
       }));
-      const peak = lines($('#ov-chart'), series, data.seconds);
+      // One mark a minute back from now (the last point) over the window.
+      const span = data.seconds - 1, marks = [];
+      for (let m = Math.floor(span / 60); m >= 0; m--) marks.push([(span - 60 * m) / Math.max(1, span), m ? `−${m} min` : 'now']);
+      const peak = lines($('#ov-chart'), series, data.seconds, 0, marks);
+      $('#ov-ticks').replaceWith(Object.assign(ticks(marks), { id: 'ov-ticks' }));
       $('#ov-peak').textContent = `scale: 0 to ${num(peak)} decisions per second`;
       renderTable(last);
     }
@@ -287,7 +310,12 @@
     $('#ins-reset').addEventListener('click', () => guard('#ins-status', reset));
     return {
       show: () => guard('#ins-status', async () => {
-        const d = limitsCache || await loadLimits();
+        const d = await loadLimits();
+        // Say that the inspector is off, and how to turn it on, before
+        // anyone fills in the form.
+        $('#ins-off').hidden = !d.inspector_off;
+        $('#ins-off').textContent = d.inspector_off ? `The key inspector is off here: ${d.inspector_off}.` : '';
+        for (const c of $$('#ins-form input, #ins-form select, #ins-form textarea, #ins-form button')) c.disabled = !!d.inspector_off;
         const sel = $('#ins-limit'), keep = sel.value;
         sel.replaceChildren(el('option', { value: '', text: 'every budget' }), ...d.limits.map((l) => el('option', { value: l.name, text: l.name })));
         sel.value = keep;
@@ -449,9 +477,11 @@
       });
       const pts = run.samples.map((p) => `${x(p.t_ms)},${(56 - 50 * p.remaining / a.limit).toFixed(1)}`);
       kids.push(svg('polyline', { class: 'l-remaining', points: pts.join(' ') }));
+      const step = timeStep(a.duration_ms), marks = [];
+      for (let t = 0; t <= a.duration_ms; t += step) marks.push([t / a.duration_ms, +(t / 1000).toFixed(1) + ' s']);
       const box = svg('svg', { viewBox: '0 0 600 140', preserveAspectRatio: 'none', role: 'img', 'aria-label': `${names[run.algorithm]}: decisions over time` });
-      box.append(...kids);
-      return el('figure', { class: 'chart' }, box);
+      box.append(...tickLines(marks, W, 140), ...kids);
+      return el('figure', { class: 'chart' }, box, ticks(marks));
     }
     function card(a, run) {
       const burst = run.max_in_window > a.limit;
