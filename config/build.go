@@ -44,6 +44,7 @@ type rawLimit struct {
 	FailureMode   string            `yaml:"failure_mode"`
 	FailOpenShare *float64          `yaml:"fail_open_share"`
 	LocalCache    bool              `yaml:"local_cache"`
+	MaxKeys       *int64            `yaml:"max_keys"`
 }
 
 type rawPlan struct {
@@ -268,8 +269,26 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 		}
 	}
 	b.localCache(path, r, &l)
+	b.maxKeys(path, r, &l)
 	b.calendar(path, r.Calendar, &l)
 	return l, len(b.errs) == before
+}
+
+// MaxKeysBound is the largest max_keys: each replica tracks up to that
+// many live keys of the limit in memory.
+const MaxKeysBound = 10_000_000
+
+// maxKeys applies max_keys, the bound on a limit's live keys.
+func (b *builder) maxKeys(path []any, r *rawLimit, l *Limit) {
+	switch n := r.MaxKeys; {
+	case n == nil || b.typeFailed[pathString(at(path, "max_keys"))]:
+	case *n < 1 || *n > MaxKeysBound:
+		b.fail(at(path, "max_keys"), "want a whole number of live keys from 1 to %d, got %d", MaxKeysBound, *n)
+	case len(r.Key) == 0:
+		b.fail(at(path, "max_keys"), "bounds the budgets of distinct key values, and this limit has no key: it is one budget")
+	default:
+		l.MaxKeys = int(*n)
+	}
 }
 
 // localCache applies local_cache, which only a limit that denies and that

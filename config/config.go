@@ -85,6 +85,11 @@ type Limit struct {
 	// over-deny, for at most R, when a refund or reset elsewhere reopens the
 	// budget early. Not for shadow or concurrency limits.
 	LocalCache bool
+	// MaxKeys, if not 0, bounds the limit's live keys in each replica:
+	// beyond MaxKeys keys with budget still held, requests with a new key
+	// value share one overflow budget of the limit (still limited), counted
+	// in tokenlimit_key_overflow_total. 1..MaxKeysBound.
+	MaxKeys int
 	// Concurrency marks a limit on requests in flight: Limit is a sliding
 	// log whose window is the lease (a crashed holder's slot comes back when
 	// its lease ends), each reservation takes 1 and settling releases it.

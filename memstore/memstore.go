@@ -126,6 +126,9 @@ func orDefault[T int | time.Duration](v, def T) T {
 // Len returns the number of live keys, expired ones not yet swept included.
 func (s *Store) Len() int { return int(s.keys.Load()) }
 
+// MaxKeys returns the bound on live keys (Options.MaxKeys, or its default).
+func (s *Store) MaxKeys() int { return int(s.maxKeys) }
+
 // pending is one item's decision before it is committed.
 type pending struct {
 	h     uint64 // the key's hash

@@ -22,6 +22,8 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 	if len(p.enforced) > 0 {
 		td, failed, err := s.checkStore(ctx, p.enforced)
 		switch {
+		case errors.Is(err, tokenlimit.ErrStoreFull):
+			d = s.keySpaceFull(p.enforced, "store", err)
 		case err != nil:
 			return Decision{}, err
 		case failed:
@@ -39,6 +41,9 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 		// others from being charged as they would be if enforced.
 		for _, c := range p.shadow {
 			td, failed, err := s.checkStore(ctx, []check{c})
+			if errors.Is(err, tokenlimit.ErrStoreFull) {
+				continue // no room to count it: a shadow limit is only reported
+			}
 			if err != nil {
 				return Decision{}, err
 			}
@@ -71,8 +76,9 @@ func items(checks []check) []tokenlimit.Item {
 
 // checkStore calls the store through the breaker and timeout. failed reports
 // a store failure (the caller applies failure modes); err is for invalid
-// input (matching ErrInvalidRequest) or a caller that gave up (its context's
-// error), neither of which says anything about the store.
+// input (matching ErrInvalidRequest), a caller that gave up (its context's
+// error), or a full store (matching tokenlimit.ErrStoreFull: the store is
+// healthy but has no room for a new key), none of which is a store failure.
 func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
 	d, _, failed, err = s.callStore(ctx, checks, false)
 	return d, failed, err
@@ -93,6 +99,8 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 		switch {
 		case errors.Is(err, tokenlimit.ErrInvalid):
 			return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		case errors.Is(err, tokenlimit.ErrStoreFull):
+			return d, nil, false, err
 		case err != nil && ctx.Err() != nil:
 			return d, nil, false, ctx.Err()
 		case err != nil:
@@ -113,6 +121,9 @@ func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (
 	case errors.Is(err, tokenlimit.ErrInvalid):
 		s.breaker.Done(ticket, nil)
 		return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	case errors.Is(err, tokenlimit.ErrStoreFull): // it answered: healthy, only full
+		s.breaker.Done(ticket, nil)
+		return d, nil, false, err
 	case err != nil && ctx.Err() != nil: // the caller gave up, not the store
 		s.breaker.Cancel(ticket)
 		return d, nil, false, ctx.Err()
@@ -168,7 +179,10 @@ func (s *Service) failoverReserve(checks []check, reserve bool) (Decision, *toke
 	} else {
 		ld, err = s.local.Check(context.Background(), items(open)...)
 	}
-	if err != nil { // the local store is full: nothing can be counted
+	if errors.Is(err, tokenlimit.ErrStoreFull) {
+		return s.keySpaceFull(open, "local", err), nil
+	}
+	if err != nil {
 		s.log.Error("local fail-open budget failed", "error", err)
 		d.Unavailable = true
 		return d, nil

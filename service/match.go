@@ -17,10 +17,19 @@ import (
 type ruleset struct {
 	version int64
 	cfg     *config.Config
+	// bounds tracks the live keys of each limit with max_keys, by name;
+	// the trackers are shared with the ruleset a reload replaces.
+	bounds map[string]*keyBound
 }
 
-func compile(cfg *config.Config, version int64) *ruleset {
-	return &ruleset{version: version, cfg: cfg}
+// compile builds the ruleset of cfg; old, the ruleset it replaces (nil at
+// start), lends it the key trackers of limits that keep their name.
+func compile(cfg *config.Config, version int64, old *ruleset) *ruleset {
+	var bounds map[string]*keyBound
+	if old != nil {
+		bounds = old.bounds
+	}
+	return &ruleset{version: version, cfg: cfg, bounds: keyBounds(cfg, bounds)}
 }
 
 // check is one limit to decide for one request.
@@ -44,7 +53,15 @@ func (s *Service) plan(reqs []Request) (plan, error) {
 }
 
 // planFor is plan, with the concurrency limits too when inFlight is true.
+// It is for calls that charge: a new key of a limit with max_keys takes a
+// place among the limit's live keys (see planWith).
 func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
+	return s.planWith(reqs, inFlight, true)
+}
+
+// planWith is planFor; take false (inspection, reset) routes keys as a
+// charge would but makes no new key live.
+func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 	rules := s.rules.Load()
 	now := s.opts.Clock()
 	var p plan
@@ -64,7 +81,8 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 				continue
 			}
 			limit, suffix := effective(rules.cfg, l, desc, now)
-			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key + suffix, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}, descriptors: desc}
+			key = s.boundKey(rules, l, key, suffix, limit, now, take)
+			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}, descriptors: desc}
 			if l.Shadow {
 				p.shadow = append(p.shadow, c)
 			} else {

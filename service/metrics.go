@@ -13,12 +13,14 @@ import (
 // metrics are the service's Prometheus metrics. Labels name limits and
 // results, never keys, so their cardinality is bounded by the configuration.
 type metrics struct {
-	decisions   *prometheus.CounterVec
-	nearLimit   *prometheus.CounterVec
-	latency     prometheus.Histogram
-	storeErrors prometheus.Counter
-	reloads     *prometheus.CounterVec
-	stats       Stats // live per-second counts for the dashboard (stats.go)
+	decisions    *prometheus.CounterVec
+	nearLimit    *prometheus.CounterVec
+	latency      prometheus.Histogram
+	storeErrors  prometheus.Counter
+	keyOverflow  *prometheus.CounterVec
+	keySpaceFull *prometheus.CounterVec
+	reloads      *prometheus.CounterVec
+	stats        Stats // live per-second counts for the dashboard (stats.go)
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -77,6 +79,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_store_errors_total",
 			Help: "Failed calls to the store (timeouts, connection errors).",
 		}),
+		keyOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_key_overflow_total",
+			Help: "Requests counted against a limit's overflow budget because the limit already had max_keys live keys (per replica).",
+		}, []string{"limit"}),
+		keySpaceFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_key_space_full_total",
+			Help: "Requests denied because they needed a new key and the store (store=\"store\") or the local fail-open budget (store=\"local\") was full.",
+		}, []string{"store"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_config_reloads_total",
 			Help: "Configuration reloads by result (ok, error).",
@@ -89,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -107,6 +117,38 @@ func watchBreaker(reg prometheus.Registerer, b *breaker.Breaker) error {
 		Name: "tokenlimit_breaker_state",
 		Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return float64(b.State()) }))
+}
+
+// keyCounter is a store that counts its live keys under a bound, as the
+// embedded store does.
+type keyCounter interface {
+	Len() int
+	MaxKeys() int
+}
+
+// watchKeys exports the live keys and the bound of each store as
+// tokenlimit_store_keys and tokenlimit_store_max_keys, labelled by store
+// ("store", "local"), read when scraped.
+func watchKeys(reg prometheus.Registerer, stores map[string]keyCounter) error {
+	if reg == nil {
+		return nil
+	}
+	for name, kc := range stores {
+		labels := prometheus.Labels{"store": name}
+		for _, g := range []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokenlimit_store_keys", ConstLabels: labels,
+				Help: "Live keys of the embedded store (store) or of the local fail-open budgets (local), expired ones not yet swept included."},
+				func() float64 { return float64(kc.Len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tokenlimit_store_max_keys", ConstLabels: labels,
+				Help: "The bound on those keys: a request that needs one more is denied (key_space_full)."},
+				func() float64 { return float64(kc.MaxKeys()) }),
+		} {
+			if err := reg.Register(g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // observe counts a decision per limit.

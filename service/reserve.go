@@ -190,6 +190,8 @@ func (s *Service) reserveChecks(ctx context.Context, checks []check, id string, 
 	td, res, failed, err := s.callStore(ctx, checks, true)
 	var d Decision
 	switch {
+	case errors.Is(err, tokenlimit.ErrStoreFull):
+		d = s.keySpaceFull(checks, "store", err)
 	case err != nil:
 		return Decision{}, nil, err
 	case failed:

@@ -48,6 +48,10 @@ type Options struct {
 	// ReservationTTL is how long an unsettled reservation can still be
 	// settled; after it the reservation simply stands. Default 10 minutes.
 	ReservationTTL time.Duration
+	// LocalMaxKeys bounds the keys of the local fail-open budgets used
+	// while a remote store fails; a request that needs one more is denied
+	// (Decision.KeySpaceFull). Default 100,000.
+	LocalMaxKeys int
 	// MaxReservations bounds the admitted reservations held by id awaiting
 	// Settle; past it Reserve fails with ErrTooManyReservations. Default
 	// 100,000.
@@ -56,15 +60,16 @@ type Options struct {
 
 // Service answers rate-limit questions. It is safe for concurrent use.
 type Service struct {
-	opts     Options
-	store    tokenlimit.StoreInfo
-	limiter  *tokenlimit.Limiter
-	local    *tokenlimit.Limiter // fail-open budgets while the store fails
-	breaker  *breaker.Breaker
-	metrics  *metrics
-	log      *slog.Logger
-	rules    atomic.Pointer[ruleset]
-	reserves *reservations
+	opts       Options
+	store      tokenlimit.StoreInfo
+	limiter    *tokenlimit.Limiter
+	local      *tokenlimit.Limiter // fail-open budgets while the store fails
+	localStore *memstore.Store     // local's store
+	breaker    *breaker.Breaker
+	metrics    *metrics
+	log        *slog.Logger
+	rules      atomic.Pointer[ruleset]
+	reserves   *reservations
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
 }
@@ -83,13 +88,14 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock)); err != nil {
 		return nil, err
 	}
-	local, err := memstore.New(memstore.Options{})
+	local, err := memstore.New(memstore.Options{MaxKeys: opts.LocalMaxKeys})
 	if err != nil {
 		return nil, err
 	}
 	if s.local, err = tokenlimit.NewLimiter(local, tokenlimit.WithClock(opts.Clock)); err != nil {
 		return nil, err
 	}
+	s.localStore = local
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
@@ -98,8 +104,15 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
+	stores := map[string]keyCounter{"local": local}
+	if kc, ok := opts.Store.(keyCounter); ok {
+		stores["store"] = kc
+	}
+	if err := watchKeys(opts.Registerer, stores); err != nil {
+		return nil, fmt.Errorf("service: metrics: %w", err)
+	}
 	s.reserves = newReservations(opts.Clock, opts.ReservationTTL, opts.MaxReservations)
-	s.rules.Store(compile(cfg, 1))
+	s.rules.Store(compile(cfg, 1, nil))
 	return s, nil
 }
 
@@ -116,7 +129,7 @@ func validate(o Options) error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"BreakerThreshold", o.BreakerThreshold}, {"MaxDescriptorLength", o.MaxDescriptorLength}, {"MaxReservations", o.MaxReservations}} {
+	}{{"BreakerThreshold", o.BreakerThreshold}, {"MaxDescriptorLength", o.MaxDescriptorLength}, {"MaxReservations", o.MaxReservations}, {"LocalMaxKeys", o.LocalMaxKeys}} {
 		if n.v < 0 {
 			return fmt.Errorf("service: New: %s must not be negative, got %d", n.name, n.v)
 		}
@@ -146,6 +159,9 @@ func withDefaults(o Options) Options {
 	if o.ReservationTTL == 0 {
 		o.ReservationTTL = 10 * time.Minute
 	}
+	if o.LocalMaxKeys == 0 {
+		o.LocalMaxKeys = 100_000
+	}
 	if o.MaxReservations == 0 {
 		o.MaxReservations = 100_000
 	}
@@ -171,7 +187,7 @@ func (s *Service) logBreaker(from, to breaker.State, failures int) {
 // old ones. It records the reload in the metrics.
 func (s *Service) Reload(cfg *config.Config) {
 	old := s.rules.Load()
-	s.rules.Store(compile(cfg, old.version+1))
+	s.rules.Store(compile(cfg, old.version+1, old))
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.metrics.stats.RecordReload(s.opts.Clock(), old.version+1, nil)
 	s.log.Info("configuration reloaded", "source", cfg.Source, "version", old.version+1, "limits", len(cfg.Limits))
@@ -198,6 +214,19 @@ type Health struct {
 	Breaker string `json:"breaker"`
 	// Degraded is true while the store is failing (breaker not closed).
 	Degraded bool `json:"degraded"`
+	// Keys and MaxKeys are the live keys of a store that counts them (the
+	// embedded store; expired keys not yet swept included) and its bound;
+	// both 0 for Redis.
+	Keys    int `json:"keys"`
+	MaxKeys int `json:"max_keys"`
+	// LocalKeys and LocalMaxKeys are the same for the local fail-open
+	// budgets (no keys while the store is healthy).
+	LocalKeys    int `json:"local_keys"`
+	LocalMaxKeys int `json:"local_max_keys"`
+	// KeySpaceFull is true while the store, or the local fail-open budget,
+	// holds as many keys as it may: requests that need a new key are
+	// denied (Decision.KeySpaceFull); keys already stored keep working.
+	KeySpaceFull bool `json:"key_space_full"`
 }
 
 // Health returns the store's health. While the breaker is open and its
@@ -214,7 +243,13 @@ func (s *Service) Health() Health {
 		}
 	}
 	st := s.breaker.State()
-	return Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed}
+	h := Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed,
+		LocalKeys: s.localStore.Len(), LocalMaxKeys: s.localStore.MaxKeys()}
+	if kc, ok := s.opts.Store.(keyCounter); ok {
+		h.Keys, h.MaxKeys = kc.Len(), kc.MaxKeys()
+	}
+	h.KeySpaceFull = (h.MaxKeys > 0 && h.Keys >= h.MaxKeys) || h.LocalKeys >= h.LocalMaxKeys
+	return h
 }
 
 // Request is one set of descriptors to check, with the request's own cost.
@@ -260,6 +295,11 @@ type Decision struct {
 	// Unavailable is true when a fail-closed limit could not be decided
 	// because the store is failing: answer 503, not 429.
 	Unavailable bool
+	// KeySpaceFull is true when the request needed a new key and the store
+	// (or, while it fails, the local fail-open budget) already holds as
+	// many as it may: the request is denied, whatever the failure modes,
+	// and nothing is charged. Allowed is false.
+	KeySpaceFull bool
 	// Limits lists every limit that applied, enforced and shadow.
 	Limits []Outcome
 	// At is when the store decided.

@@ -18,7 +18,7 @@ const StatsSeconds = 300
 // tokenlimit_decisions_total metric.
 var StatsResults = [...]string{
 	"allowed", "denied", "shadow_allowed", "shadow_denied",
-	"fail_open_allowed", "fail_open_denied", "fail_closed",
+	"fail_open_allowed", "fail_open_denied", "fail_closed", "key_space_full",
 }
 
 const nResults = len(StatsResults)
@@ -92,6 +92,8 @@ func resultIndex(d Decision, o *Outcome) int {
 		denied = 1
 	}
 	switch {
+	case d.KeySpaceFull:
+		return 7
 	case d.Unavailable && !o.FailOpen:
 		return 6
 	case o.Shadow:

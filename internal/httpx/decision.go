@@ -11,6 +11,7 @@ import (
 type Decision struct {
 	Allowed       bool      `json:"allowed"`
 	Unavailable   bool      `json:"unavailable,omitempty"`
+	KeySpaceFull  bool      `json:"key_space_full,omitempty"`
 	ReservationID string    `json:"reservation_id,omitempty"`
 	Limits        []Outcome `json:"limits"`
 	Error         *Error    `json:"error,omitempty"`

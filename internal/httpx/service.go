@@ -13,7 +13,8 @@ import (
 )
 
 // ServiceError maps an error of a service call to an answer: 400 naming the
-// field for an invalid request or limits the engine refused, else 503 (the
+// field for an invalid request or limits the engine refused, 429 when the
+// store had no room for a new key (tokenlimit.ErrStoreFull), else 503 (the
 // store failed), with failed true so that the caller logs it. single says
 // the request was one set of descriptors, not a list: fields then name
 // "descriptors.user", not "requests[0].descriptors.user".
@@ -28,6 +29,8 @@ func ServiceError(err error, single bool) (e *Error, failed bool) {
 			field = "descriptors"
 		}
 		return BadRequest(field, "the selected limits cannot be checked: %s", fe.Error()), false
+	case errors.Is(err, tokenlimit.ErrStoreFull):
+		return &Error{Status: http.StatusTooManyRequests, Message: "the key space is full: the rate-limit store holds as many budgets as it may; retry when keys expire"}, false
 	case errors.Is(err, service.ErrInvalidRequest):
 		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
 		if single {

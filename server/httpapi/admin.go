@@ -52,12 +52,14 @@ func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
 func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	h := a.svc.Health()
 	code, st := http.StatusOK, "ok"
-	if h.Degraded {
+	switch {
+	case h.Degraded:
 		code, st = http.StatusServiceUnavailable, "degraded"
+	case h.KeySpaceFull:
+		st = "key_space_full" // still ready: stored keys keep being decided
 	}
 	httpx.WriteJSON(w, code, struct {
-		Status  string `json:"status"`
-		Store   string `json:"store"`
-		Breaker string `json:"breaker"`
-	}{st, h.Store, h.Breaker})
+		Status string `json:"status"`
+		service.Health
+	}{st, h})
 }

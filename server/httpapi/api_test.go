@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -206,7 +207,7 @@ func TestHealth(t *testing.T) {
 		t.Errorf("healthz: %d %s", r.status, r.body)
 	}
 	r = e.do(http.MethodGet, "/readyz", "")
-	if r.status != http.StatusOK || r.body != `{"status":"ok","store":"memory","breaker":"closed"}`+"\n" {
+	if r.status != http.StatusOK || r.body != `{"status":"ok","store":"memory","breaker":"closed","degraded":false,"keys":0,"max_keys":1000000,"local_keys":0,"local_max_keys":100000,"key_space_full":false}`+"\n" {
 		t.Errorf("readyz: %d %s", r.status, r.body)
 	}
 	if r := e.do(http.MethodHead, "/healthz", ""); r.status != http.StatusOK {
@@ -296,7 +297,7 @@ func TestStoreFailing(t *testing.T) {
 		t.Fatalf("fail-closed: %s", r.body)
 	}
 	r = e.do(http.MethodGet, "/readyz", "")
-	if r.status != http.StatusServiceUnavailable || r.body != `{"status":"degraded","store":"redis","breaker":"open"}`+"\n" {
+	if r.status != http.StatusServiceUnavailable || r.body != `{"status":"degraded","store":"redis","breaker":"open","degraded":true,"keys":0,"max_keys":0,"local_keys":0,"local_max_keys":100000,"key_space_full":false}`+"\n" {
 		t.Errorf("readyz while failing: %d %s", r.status, r.body)
 	}
 	wantStatus(t, e.do(http.MethodGet, "/healthz", ""), http.StatusOK)
@@ -376,4 +377,32 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestKeySpaceFull: with the embedded store full, a request that needs a
+// new key is a 429 whose body says the key space is full (never admitted,
+// whatever the failure mode), one already stored is still decided, and
+// /readyz stays ready but says so.
+func TestKeySpaceFull(t *testing.T) {
+	t.Parallel()
+	st, err := memstore.New(memstore.Options{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, memBackend(), setup{config: failureModesConfig, store: st})
+	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "a"}}`), http.StatusOK)
+	r := e.post("/v1/check", `{"descriptors": {"user": "b"}}`)
+	wantStatus(t, r, http.StatusTooManyRequests)
+	d := decodeDecision(t, r)
+	if d.Allowed || !d.KeySpaceFull || d.Error == nil || !strings.Contains(d.Error.Message, "key space is full") {
+		t.Errorf("a new user in a full store: %s, want 429 saying the key space is full", r.body)
+	}
+	if got := r.header.Get("Retry-After"); got != "" {
+		t.Errorf("Retry-After %q on a key-space-full answer, want none (no budget was consulted)", got)
+	}
+	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "a"}}`), http.StatusOK)
+	r = e.do(http.MethodGet, "/readyz", "")
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"status":"key_space_full"`) || !strings.Contains(r.body, `"keys":1,"max_keys":1`) {
+		t.Errorf("readyz with the store full: %d %s, want 200 saying key_space_full", r.status, r.body)
+	}
 }

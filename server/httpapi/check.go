@@ -62,8 +62,13 @@ func outcomesBody(limits []service.Outcome) []httpx.Outcome {
 // unavailableMessage explains a 503 decision.
 const unavailableMessage = "the rate-limit store is failing and a fail-closed limit cannot be decided; retry later"
 
-// status is the HTTP status of a decision: 200 allowed, 429 denied, 503
-// when a fail-closed limit could not be decided.
+// keySpaceFullMessage explains a denial for want of room for a new key.
+const keySpaceFullMessage = "the key space is full: the rate-limit store holds as many budgets as it may and this request needs a new one; it is refused whatever the limits' failure modes, and budgets already held keep working; retry when keys expire"
+
+// status is the HTTP status of a decision: 200 allowed, 429 denied (a key
+// space that is full included: the request must not pass, and a gateway
+// enforces a 429 where it may let a 503 through), 503 when a fail-closed
+// limit could not be decided.
 func status(d service.Decision) int {
 	switch {
 	case d.Unavailable:
@@ -83,9 +88,12 @@ func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []se
 
 // bodyOf is the JSON answer to d.
 func bodyOf(d service.Decision) httpx.Decision {
-	body := httpx.Decision{Allowed: d.Allowed, Unavailable: d.Unavailable, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
-	if d.Unavailable {
+	body := httpx.Decision{Allowed: d.Allowed, Unavailable: d.Unavailable, KeySpaceFull: d.KeySpaceFull, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
+	switch {
+	case d.Unavailable:
 		body.Error = &httpx.Error{Message: unavailableMessage}
+	case d.KeySpaceFull:
+		body.Error = &httpx.Error{Message: keySpaceFullMessage}
 	}
 	return body
 }

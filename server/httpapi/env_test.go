@@ -242,6 +242,7 @@ func wantError(t *testing.T, r response, status int, field, msg string) {
 type decision struct {
 	Allowed       bool      `json:"allowed"`
 	Unavailable   bool      `json:"unavailable"`
+	KeySpaceFull  bool      `json:"key_space_full"`
 	ReservationID string    `json:"reservation_id"`
 	Limits        []outcome `json:"limits"`
 	Error         *struct {

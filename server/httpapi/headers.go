@@ -13,10 +13,11 @@ import (
 // Retry-After (429 only), X-RateLimit-*, RateLimit and RateLimit-Policy,
 // whose window is that of the limit the request was decided under (api key
 // overrides and calendar windows included). A decision with no enforced
-// limit, or that is unavailable (503), sets none.
+// limit, that is unavailable (503) or that found the key space full (no
+// budget was consulted) sets none.
 func (a *api) setRateLimitHeaders(h http.Header, d service.Decision, reqs []service.Request) {
 	o, ok := d.Tightest()
-	if !ok || d.Unavailable {
+	if !ok || d.Unavailable || d.KeySpaceFull {
 		return
 	}
 	var desc map[string]string
