@@ -269,11 +269,16 @@ func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 	return li
 }
 
+// micros is now in µs, checked as tokenlimit.ValidateTime does (with its
+// error) from the seconds and µs since the epoch, which are cheaper to
+// compare than times.
 func micros(now time.Time) (int64, error) {
-	if err := tokenlimit.ValidateTime("now", now); err != nil {
-		return 0, fmt.Errorf("memstore: %w", err)
+	if s := now.Unix(); s >= 0 && s <= tokenlimit.MaxExact/1_000_000 {
+		if t := now.UnixMicro(); t < tokenlimit.MaxExact {
+			return t, nil
+		}
 	}
-	return now.UnixMicro(), nil
+	return 0, fmt.Errorf("memstore: %w", tokenlimit.ValidateTime("now", now))
 }
 
 // decide runs the item's algorithm for cost on p's entry, without storing,
