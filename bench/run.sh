@@ -55,6 +55,14 @@ done
 echo "==> tokenlimit serve: HTTP /v1/check and gRPC ShouldRateLimit, memory and Redis"
 (cd bench && go run ./cmd/httpload -runs "$rounds" -shares 0.25,0.5 -duration 4s -profile-dir "$out/profiles") \
 	>"$out/httpload.md" 2>"$out/httpload.log"
+# Side by side with envoyproxy/ratelimit, when its service_cmd is installed
+# (see docs/benchmarks.md, issue 9).
+envoy_bin="$(go env GOPATH)/bin/service_cmd"
+if [ -x "$envoy_bin" ]; then
+	echo "==> tokenlimit serve vs envoyproxy/ratelimit (gRPC, Redis)"
+	(cd bench && go run ./cmd/envoycompare -envoy "$envoy_bin" -runs "$rounds" -store-timeout 1s) \
+		>"$out/envoycompare.md" 2>"$out/envoycompare.log"
+fi
 echo "load average at the end: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
 # The LLM proxy and the dashboard, in process.
