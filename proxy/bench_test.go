@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,8 +125,13 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 // call posts body to base's chat completions and returns the time to the
 // first byte of the body and to its end.
 func (e *benchEnv) call(b *testing.B, base, body string) (ttfb, total time.Duration) {
+	return e.callPath(b, base, "/v1/chat/completions", body)
+}
+
+// callPath is call for the API at path.
+func (e *benchEnv) callPath(b *testing.B, base, path, body string) (ttfb, total time.Duration) {
 	start := time.Now()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer sk-bench-0001")
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -193,3 +199,71 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// benchAPIs are the APIs BenchmarkProxyAPIs compares, each with a
+// 2,000-token prompt and 100 reply tokens.
+var benchAPIs = func() []struct{ name, path, body string } {
+	msg, _ := json.Marshal(prompt2000)
+	return []struct{ name, path, body string }{
+		{"chat", "/v1/chat/completions", `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":` + string(msg) + `}]}`},
+		{"responses", "/v1/responses", `{"model":"gpt-4o","max_output_tokens":100,"input":` + string(msg) + `}`},
+		{"messages", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":` + string(msg) + `}]}`},
+	}
+}()
+
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkProxyAPIs calls each API (plain and streamed) on the embedded
+// store directly and through the proxy, in alternating runs of 10 calls,
+// and reports the added p50 latency (time to first byte for streams) and
+// the added CPU per call: the process's CPU time (client, proxy and fake
+// upstream all in it) over the proxied calls minus over the direct ones.
+func BenchmarkProxyAPIs(b *testing.B) {
+	for _, api := range benchAPIs {
+		for _, stream := range []bool{false, true} {
+			b.Run(api.name+"/"+map[bool]string{false: "plain", true: "stream"}[stream], func(b *testing.B) {
+				e := newBenchEnv(b, "memory")
+				body := api.body
+				if stream {
+					body = strings.Replace(body, `{`, `{"stream":true,`, 1)
+				}
+				one := func(base string) time.Duration {
+					ttfb, total := e.callPath(b, base, api.path, body)
+					if stream {
+						return ttfb
+					}
+					return total
+				}
+				one(e.up.URL) // warm connections and the encoding
+				one(e.proxied.URL)
+				var direct, proxied []time.Duration
+				var directCPU, proxiedCPU time.Duration
+				for b.Loop() {
+					c := cpuTime(b)
+					for range 10 {
+						direct = append(direct, one(e.up.URL))
+					}
+					c2 := cpuTime(b)
+					for range 10 {
+						proxied = append(proxied, one(e.proxied.URL))
+					}
+					directCPU += c2 - c
+					proxiedCPU += cpuTime(b) - c2
+				}
+				dp50, _ := percentiles(direct)
+				pp50, _ := percentiles(proxied)
+				b.ReportMetric(us(dp50), "direct-p50-µs")
+				b.ReportMetric(us(pp50-dp50), "added-p50-µs")
+				b.ReportMetric(us((proxiedCPU-directCPU)/time.Duration(len(proxied))), "added-cpu-µs/call")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
