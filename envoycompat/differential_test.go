@@ -2,12 +2,14 @@ package envoycompat_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -195,6 +198,7 @@ func toProto(r envoycompat.Request) *rlspb.RateLimitRequest {
 // the same configuration directory and the same settings.
 type pair struct {
 	envoy, tokenlimit   rlspb.RateLimitServiceClient
+	envoyJSON, tlJSON   string // the POST /json URLs
 	envoyRedis, tlRedis *redistest.Server
 }
 
@@ -222,8 +226,8 @@ func startPair(t *testing.T, files []string, env map[string]string) *pair {
 	for k, v := range env {
 		common[k] = v
 	}
-	p.envoy = startEnvoy(t, bin, common, p.envoyRedis.Addr())
-	p.tokenlimit = startTokenlimit(t, common, p.tlRedis.Addr())
+	p.envoy, p.envoyJSON = startEnvoy(t, bin, common, p.envoyRedis.Addr())
+	p.tokenlimit, p.tlJSON = startTokenlimit(t, common, p.tlRedis.Addr())
 	return p
 }
 
@@ -261,11 +265,12 @@ func waitReady(t *testing.T, c rlspb.RateLimitServiceClient, exited <-chan struc
 	}
 }
 
-func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr string) rlspb.RateLimitServiceClient {
+func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr string) (rlspb.RateLimitServiceClient, string) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "rls.sock")
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "REDIS_URL="+redisAddr, "GRPC_UDS="+sock, "PORT="+freePort(t), "DEBUG_PORT="+freePort(t))
+	port := freePort(t)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+redisAddr, "GRPC_UDS="+sock, "HOST=127.0.0.1", "PORT="+port, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+freePort(t))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -282,10 +287,10 @@ func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr strin
 	})
 	c := dial(t, "unix://"+sock)
 	waitReady(t, c, exited, logs.String)
-	return c
+	return c, "http://127.0.0.1:" + port + "/json"
 }
 
-func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) rlspb.RateLimitServiceClient {
+func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) (rlspb.RateLimitServiceClient, string) {
 	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -301,7 +306,7 @@ func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) rlsp
 		close(exited)
 	}()
 	t.Cleanup(func() { cancel(); <-exited })
-	addr := make(chan string, 1)
+	addr, httpAddr := make(chan string, 1), make(chan string, 1)
 	logs := &lockedBuffer{}
 	go func() {
 		sc := bufio.NewScanner(r)
@@ -311,23 +316,47 @@ func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) rlsp
 			if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, "serving gRPC") {
 				addr <- rec.Addr
 			}
+			if rec.Msg == "serving HTTP" {
+				httpAddr <- rec.Addr
+			}
 		}
 	}()
 	select {
 	case a := <-addr:
 		c := dial(t, a)
 		waitReady(t, c, exited, logs.String)
-		return c
+		return c, "http://" + <-httpAddr + "/json"
 	case <-exited:
 		t.Fatal("tokenlimit serve --envoy-env exited before serving gRPC")
 	case <-time.After(60 * time.Second):
 		t.Fatal("tokenlimit serve --envoy-env: no gRPC address after 60 s")
 	}
-	return nil
+	return nil, ""
 }
 
-// compare runs c's requests on both services and reports every answer
-// that differs. Each attempt starts from empty Redis servers at the start
+// postJSON sends req to a POST /json endpoint and returns the status code
+// and the decoded answer (nil unless the body is a response).
+func postJSON(t *testing.T, url string, req *rlspb.RateLimitRequest) (int, *rlspb.RateLimitResponse, string) {
+	t.Helper()
+	body, err := protojson.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	data, _ := io.ReadAll(r.Body)
+	var resp rlspb.RateLimitResponse
+	if protojson.Unmarshal(data, &resp) != nil {
+		return r.StatusCode, nil, string(data)
+	}
+	return r.StatusCode, &resp, ""
+}
+
+// compare runs c's requests on both services, every third through POST
+// /json and the others over gRPC, and reports every answer that differs. Each attempt starts from empty Redis servers at the start
 // of a wall-clock second and counts only if it ended in that same second,
 // so both services see the same windows and the same time until reset;
 // an attempt that straddles a second is run again.
@@ -342,6 +371,14 @@ func (p *pair) compare(t *testing.T, c diffCase) {
 		var diffs []string
 		for i, r := range c.reqs {
 			req := toProto(r)
+			if i%3 == 2 {
+				wcode, want, wbody := postJSON(t, p.envoyJSON, req)
+				hcode, have, hbody := postJSON(t, p.tlJSON, req)
+				if wcode != hcode || wbody != hbody || !proto.Equal(want, have) {
+					diffs = append(diffs, fmt.Sprintf("request %d %v over /json:\n envoy:      %d %v %q\n tokenlimit: %d %v %q", i, req, wcode, want, wbody, hcode, have, hbody))
+				}
+				continue
+			}
 			want, werr := p.envoy.ShouldRateLimit(context.Background(), req)
 			have, herr := p.tokenlimit.ShouldRateLimit(context.Background(), req)
 			switch {
@@ -356,6 +393,7 @@ func (p *pair) compare(t *testing.T, c diffCase) {
 			}
 		}
 		if time.Now().Unix() != start {
+			t.Logf("%s: attempt %d straddled a second; running it again", c.name, attempt)
 			if attempt == 10 {
 				t.Fatalf("%s: 10 attempts each straddled a second; the machine is too slow for this comparison", c.name)
 			}
@@ -377,7 +415,7 @@ func TestDifferential(t *testing.T) {
 	for _, c := range cases {
 		files = append(files, c.files...)
 	}
-	invalid := diffCase{name: "invalid requests", reqs: []envoycompat.Request{rq("", desc("k=v")), rq("c0-d")}}
+	invalid := diffCase{name: "invalid requests", reqs: []envoycompat.Request{rq("", desc("k=v")), rq("c0-d"), rq("", desc("k=v"))}}
 	p := startPair(t, files, nil)
 	for _, c := range append(cases, invalid) {
 		p.compare(t, c)
