@@ -177,8 +177,15 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	return err
 }
 
-// storeReady reports whether the store answers a peek within timeout.
+// healthTimeout is the least time a health check gives the store: the
+// first call on a fresh connection (dialing, loading scripts) may take
+// longer than a decision's --store-timeout.
+const healthTimeout = time.Second
+
+// storeReady reports whether the store answers a peek within timeout (at
+// least healthTimeout).
 func storeReady(store tokenlimit.Store, timeout time.Duration) func(context.Context) bool {
+	timeout = max(timeout, healthTimeout)
 	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
 	return func(ctx context.Context) bool {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
