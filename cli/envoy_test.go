@@ -121,10 +121,10 @@ func TestServeEnvoyConfig(t *testing.T) {
 			}
 			health := healthpb.NewHealthClient(conn)
 			for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
-				h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
-				if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-					t.Errorf("health %q: %v %v, want SERVING", svc, h, err)
-				}
+				eventually(t, "health "+svc+" SERVING", func() bool {
+					h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+					return err == nil && h.Status == healthpb.HealthCheckResponse_SERVING
+				})
 			}
 			if r, err := http.Get(httpBase + "/healthcheck"); err != nil || r.StatusCode != http.StatusOK {
 				t.Errorf("/healthcheck: %v %v", r, err)
