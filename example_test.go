@@ -38,13 +38,16 @@ func readme(ctx context.Context) error {
 		return fmt.Errorf("denied or failed: %v", err)
 	}
 
-	// LLM calls: reserve an estimate, settle the real usage later.
+	// LLM calls: reserve an estimate, settle the real usage later. The
+	// reservation is recorded in the store, so any replica can settle it by
+	// its ID and a retried settle applies once; a denied one is not OK.
 	tokens := tokenlimit.TokenBucketLimit(40_000, 1_000, time.Second)
-	d, reservation, err := limiter.Reserve(ctx, tokenlimit.Item{Key: "{key=k1}:tokens", Limit: tokens, Cost: 2_000})
-	if err != nil || !d.Allowed {
+	reservation, err := limiter.Reserve(ctx, tokenlimit.Item{Key: "{key=k1}:tokens", Limit: tokens, Cost: 2_000})
+	if err != nil || !reservation.OK() {
 		return fmt.Errorf("denied or failed: %v", err)
 	}
-	return reservation.Settle(ctx, 1_234) // refunds the difference atomically
+	_, err = reservation.Settle(ctx, 1_234) // refunds the difference atomically
+	return err
 }
 
 func Example() {

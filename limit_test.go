@@ -249,7 +249,7 @@ func TestFieldErrorMatchesErrInvalidOnly(t *testing.T) {
 	if !errors.Is(err, tokenlimit.ErrInvalid) {
 		t.Error("errors.Is(*FieldError, ErrInvalid) is false")
 	}
-	for _, other := range []error{tokenlimit.ErrStoreFull, tokenlimit.ErrSettled, errors.New("invalid input")} {
+	for _, other := range []error{tokenlimit.ErrStoreFull, errors.New("invalid input")} {
 		if errors.Is(err, other) {
 			t.Errorf("errors.Is(*FieldError, %v) is true", other)
 		}

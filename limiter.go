@@ -2,6 +2,8 @@ package tokenlimit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +16,7 @@ import (
 type Limiter struct {
 	store Store
 	now   func() time.Time
+	ttl   time.Duration
 	// single recycles the one-item slices of AllowN, which escape through
 	// the Store interface and would otherwise cost two allocations a call.
 	single sync.Pool
@@ -39,13 +42,16 @@ func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("tokenlimit: NewLimiter: store is nil")
 	}
-	l := &Limiter{store: store, now: time.Now}
+	l := &Limiter{store: store, now: time.Now, ttl: DefaultReservationTTL}
 	l.single.New = func() any { return new(singleCall) }
 	for _, opt := range opts {
 		opt(l)
 	}
 	if l.now == nil {
 		return nil, errors.New("tokenlimit: NewLimiter: WithClock(nil)")
+	}
+	if err := validateTTL(l.ttl); err != nil {
+		return nil, fmt.Errorf("tokenlimit: NewLimiter: WithReservationTTL: %w", err)
 	}
 	return l, nil
 }
@@ -154,78 +160,143 @@ func allAllowed(results []Result) bool {
 	return true
 }
 
-// Reserve checks items like Check, charging each item's Cost as an estimate.
-// When the request is admitted it also returns a Reservation with which to
-// settle the real cost later; when denied the Reservation is nil.
-func (l *Limiter) Reserve(ctx context.Context, items ...Item) (Decision, *Reservation, error) {
-	d, err := l.Check(ctx, items...)
-	if err != nil || !d.Allowed {
-		return d, nil, err
-	}
-	return d, &Reservation{limiter: l, items: append([]Item(nil), items...), at: d.At}, nil
+// DefaultReservationTTL is how long a Limiter's reservations can be settled
+// unless WithReservationTTL says otherwise.
+const DefaultReservationTTL = 10 * time.Minute
+
+// WithReservationTTL sets how long a reservation made through the limiter
+// is recorded: until then it can be settled, after it an unsettled estimate
+// simply stands. It must be 1ms..MaxPeriod.
+func WithReservationTTL(ttl time.Duration) Option {
+	return func(l *Limiter) { l.ttl = ttl }
 }
 
-// Reservation is an admitted charge whose real cost is known later, such as
-// an LLM call reserved at prompt + max tokens and settled at its reported
-// usage. It is safe for concurrent use; it settles at most once.
+// Reserve checks items like Check, charging each item's Cost as an
+// estimate, and records the reservation in the store under a random id, so
+// that the real cost can be settled later, from this process or any other
+// client of the store (Limiter.Settle with Reservation.ID). Every item
+// settles to the actual cost given to Settle.
+//
+// The Reservation is never nil when err is nil; OK reports whether it holds
+// a charge. Settling one that does not is harmless and does nothing.
+func (l *Limiter) Reserve(ctx context.Context, items ...Item) (*Reservation, error) {
+	return l.ReserveWith(ctx, ReserveRequest{ID: NewID(), Items: items})
+}
+
+// ReserveWith is Reserve with the caller's id, rules and TTL (the
+// limiter's when req.TTL is zero). The same id and request again replays
+// the first answer and charges nothing (Status Replayed), which makes a
+// reserve safe to retry; the same id with another request charges nothing
+// (Conflict).
+func (l *Limiter) ReserveWith(ctx context.Context, req ReserveRequest) (*Reservation, error) {
+	if req.TTL == 0 {
+		req.TTL = l.ttl
+	}
+	req.Items = append([]Item(nil), req.Items...)
+	r := &Reservation{limiter: l, req: req, results: make([]Result, len(req.Items))}
+	out, err := l.store.Reserve(ctx, l.now(), req, r.results)
+	if err != nil {
+		r.results = nil
+		return r, fmt.Errorf("tokenlimit: reserve: %w", err)
+	}
+	r.out = out
+	return r, nil
+}
+
+// Settle settles the reservation recorded under id at the request's real
+// cost actual (see Reservation.Settle); any client of the store may call
+// it, whichever made the reservation.
+func (l *Limiter) Settle(ctx context.Context, id string, actual int64) (SettleStatus, error) {
+	return l.settle(ctx, SettleRequest{ID: id, Actual: actual, TTL: l.ttl})
+}
+
+// SettleWith is Settle with every part of the settlement given (a spend,
+// or a cancel); a zero TTL is the limiter's.
+func (l *Limiter) SettleWith(ctx context.Context, req SettleRequest) (SettleStatus, error) {
+	if req.TTL == 0 {
+		req.TTL = l.ttl
+	}
+	return l.settle(ctx, req)
+}
+
+// Cancel refunds the whole reservation recorded under id, whatever its
+// items' rules (see Reservation.Cancel).
+func (l *Limiter) Cancel(ctx context.Context, id string) (SettleStatus, error) {
+	return l.settle(ctx, SettleRequest{ID: id, Cancel: true, TTL: l.ttl})
+}
+
+func (l *Limiter) settle(ctx context.Context, req SettleRequest) (SettleStatus, error) {
+	st, err := l.store.Settle(ctx, l.now(), req)
+	if err != nil {
+		return 0, fmt.Errorf("tokenlimit: settle: %w", err)
+	}
+	return st, nil
+}
+
+// Reservation is a request checked with Reserve, whose real cost is known
+// later, such as an LLM call reserved at prompt + max tokens and settled at
+// its reported usage. It lives in the store under ID; this value is only a
+// handle, safe for concurrent use, and its methods never panic.
 type Reservation struct {
 	limiter *Limiter
-	items   []Item
-	at      time.Time
-
-	mu      sync.Mutex
-	settled bool
+	req     ReserveRequest
+	out     ReserveOutcome
+	results []Result
 }
 
-// At is when the reservation was charged.
-func (r *Reservation) At() time.Time { return r.at }
+// ID is the reservation's id in the store.
+func (r *Reservation) ID() string { return r.req.ID }
+
+// OK reports whether the reservation holds a charge to settle: the request
+// was admitted now (Reserved) or by an earlier reserve of the same id and
+// request (Replayed).
+func (r *Reservation) OK() bool { return r.out.Status.Admitted() }
+
+// Status is what the store did with the reservation; 0 if it failed.
+func (r *Reservation) Status() ReserveStatus { return r.out.Status }
+
+// At is when the reservation was charged (zero if it failed).
+func (r *Reservation) At() time.Time { return r.out.At }
+
+// Decision is the check's answer: allowed only when OK.
+func (r *Reservation) Decision() Decision {
+	return Decision{Allowed: r.OK(), At: r.out.At, Results: append([]Result(nil), r.results...)}
+}
 
 // Items returns the reserved items, with the estimated costs charged.
-func (r *Reservation) Items() []Item { return append([]Item(nil), r.items...) }
+func (r *Reservation) Items() []Item { return append([]Item(nil), r.req.Items...) }
 
-// Settle sets the real cost of every item to actual, refunding or charging
-// the difference from the estimate atomically across all items. An extra
-// charge is taken even past the limit; a refund never lifts a budget above
-// its capacity. A second call returns ErrSettled; a call that fails leaves
-// the reservation unsettled so it can be retried.
-func (r *Reservation) Settle(ctx context.Context, actual int64) error {
-	actuals := make([]int64, len(r.items))
-	for i := range actuals {
-		actuals[i] = actual
-	}
-	return r.SettleEach(ctx, actuals)
+// Settle sets the real cost of every item to actual, 0..MaxCost, refunding
+// or charging the difference from the estimate atomically across all items
+// (the items' rules apply when reserved with ReserveWith). An extra charge
+// is taken even past the limit; a refund never lifts a budget above its
+// capacity. Settling again changes nothing and answers AlreadySettled; a
+// call that fails (the store is down) can be retried, and applies once. A
+// reservation that is not OK answers UnknownReservation without a store
+// call.
+func (r *Reservation) Settle(ctx context.Context, actual int64) (SettleStatus, error) {
+	return r.settle(ctx, SettleRequest{ID: r.req.ID, Actual: actual, TTL: r.req.TTL})
 }
 
-// SettleEach is Settle with one real cost per item, in the items' order, for
-// requests whose limits count different units (requests and tokens).
-func (r *Reservation) SettleEach(ctx context.Context, actuals []int64) error {
-	if len(actuals) != len(r.items) {
-		return &FieldError{Field: "actuals", Reason: fmt.Sprintf("need one per item: %d items, %d actuals", len(r.items), len(actuals))}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.settled {
-		return ErrSettled
-	}
-	var adjustments []Adjustment
-	for i, it := range r.items {
-		if actuals[i] < 0 {
-			return &FieldError{Field: fmt.Sprintf("actuals[%d]", i), Reason: fmt.Sprintf("must not be negative, got %d", actuals[i])}
-		}
-		if delta := actuals[i] - it.Cost; delta != 0 {
-			adjustments = append(adjustments, Adjustment{Key: it.Key, Limit: it.Limit, Delta: delta, ChargedAt: r.at})
-		}
-	}
-	if len(adjustments) > 0 {
-		if err := r.limiter.store.Adjust(ctx, r.limiter.now(), adjustments); err != nil {
-			return fmt.Errorf("tokenlimit: settle: %w", err)
-		}
-	}
-	r.settled = true
-	return nil
+// Cancel refunds every item's whole charge, whatever its rule, as if the
+// request never happened; like Settle otherwise.
+func (r *Reservation) Cancel(ctx context.Context) (SettleStatus, error) {
+	return r.settle(ctx, SettleRequest{ID: r.req.ID, Cancel: true, TTL: r.req.TTL})
 }
 
-// Cancel refunds the whole reservation: Settle(ctx, 0).
-func (r *Reservation) Cancel(ctx context.Context) error {
-	return r.Settle(ctx, 0)
+func (r *Reservation) settle(ctx context.Context, req SettleRequest) (SettleStatus, error) {
+	if !r.OK() {
+		if err := req.Validate(); err != nil {
+			return 0, fmt.Errorf("tokenlimit: settle: %w", err)
+		}
+		return UnknownReservation, nil
+	}
+	return r.limiter.settle(ctx, req)
+}
+
+// NewID returns a random reservation id: 32 hex digits.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }

@@ -33,22 +33,22 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// countingStore is a memstore that counts Adjust calls and can be told to
+// countingStore is a memstore that counts Settle calls and can be told to
 // fail them: a fake of our own Store interface around the real store.
 type countingStore struct {
 	*memstore.Store
-	adjusts atomic.Int64
+	settles atomic.Int64
 	failing atomic.Bool
 }
 
 var errStoreDown = errors.New("store down")
 
-func (s *countingStore) Adjust(ctx context.Context, now time.Time, adj []tokenlimit.Adjustment) error {
-	s.adjusts.Add(1)
+func (s *countingStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	s.settles.Add(1)
 	if s.failing.Load() {
-		return errStoreDown
+		return 0, errStoreDown
 	}
-	return s.Store.Adjust(ctx, now, adj)
+	return s.Store.Settle(ctx, now, req)
 }
 
 func newTestLimiter(t *testing.T) (*tokenlimit.Limiter, *countingStore, *fakeClock) {
@@ -191,158 +191,126 @@ func TestDecisionTightest(t *testing.T) {
 	}
 }
 
-func TestReserveDeniedReturnsNoReservation(t *testing.T) {
-	t.Parallel()
-	lim, _, _ := newTestLimiter(t)
-	l := tokenlimit.FixedWindowLimit(5, time.Minute)
-	d, res, err := lim.Reserve(context.Background(), tokenlimit.Item{Key: "k", Limit: l, Cost: 6})
-	if err != nil || res != nil || d.Allowed || !d.Results[0].CostExceedsLimit {
-		t.Fatalf("Reserve(cost 6 of 5) = %+v, %v, %v; want denied, CostExceedsLimit, no reservation", d, res, err)
-	}
-	if got := remaining(t, lim, "k", l); got != 5 {
-		t.Errorf("remaining %d after a denied reservation, want 5", got)
-	}
-}
-
-func TestSettleTwiceIsErrSettled(t *testing.T) {
+func TestReserveDeniedIsANonNilReservationThatSettlesToNothing(t *testing.T) {
 	t.Parallel()
 	lim, st, _ := newTestLimiter(t)
 	ctx := context.Background()
-	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
-	d, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 40})
+	l := tokenlimit.FixedWindowLimit(5, time.Minute)
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 6})
 	if err != nil || res == nil {
-		t.Fatalf("reserve: %+v, %v, %v", d, res, err)
+		t.Fatalf("Reserve(cost 6 of 5) = %v, %v; want a reservation", res, err)
 	}
-	if !res.At().Equal(d.At) || len(res.Items()) != 1 || res.Items()[0].Cost != 40 {
-		t.Errorf("reservation at %v with items %+v, want at %v with the estimate 40", res.At(), res.Items(), d.At)
+	if d := res.Decision(); res.OK() || d.Allowed || res.Status() != tokenlimit.Denied || !d.Results[0].CostExceedsLimit {
+		t.Fatalf("Reserve(cost 6 of 5): OK %v, status %s, decision %+v; want denied, CostExceedsLimit", res.OK(), res.Status(), d)
 	}
-	if err := res.Settle(ctx, 25); err != nil {
-		t.Fatal(err)
+	for name, settle := range map[string]func() (tokenlimit.SettleStatus, error){
+		"Settle": func() (tokenlimit.SettleStatus, error) { return res.Settle(ctx, 3) },
+		"Cancel": func() (tokenlimit.SettleStatus, error) { return res.Cancel(ctx) },
+	} {
+		if got, err := settle(); err != nil || got != tokenlimit.UnknownReservation {
+			t.Errorf("%s of a denied reservation = %s, %v; want unknown reservation", name, got, err)
+		}
+	}
+	if got := remaining(t, lim, "k", l); got != 5 || st.settles.Load() != 0 {
+		t.Errorf("remaining %d after a denied reservation and %d store settles, want 5 and none", got, st.settles.Load())
+	}
+}
+
+func TestReserveFailedIsANonNilReservation(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := newTestLimiter(t)
+	res, err := lim.Reserve(context.Background(), tokenlimit.Item{Key: "", Limit: tokenlimit.FixedWindowLimit(5, time.Minute), Cost: 1})
+	if !errors.Is(err, tokenlimit.ErrInvalid) || res == nil || res.OK() {
+		t.Fatalf("Reserve with an empty key = %v, %v; want ErrInvalid and a reservation that is not OK", res, err)
+	}
+	if got, err := res.Settle(context.Background(), 1); err != nil || got != tokenlimit.UnknownReservation {
+		t.Errorf("Settle of a failed reservation = %s, %v", got, err)
+	}
+}
+
+func TestSettleTwiceIsAlreadySettled(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := newTestLimiter(t)
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 40})
+	if err != nil || !res.OK() || res.Status() != tokenlimit.Reserved {
+		t.Fatalf("reserve: %v, %v", res, err)
+	}
+	if d := res.Decision(); !res.At().Equal(d.At) || len(res.Items()) != 1 || res.Items()[0].Cost != 40 || len(res.ID()) != 32 {
+		t.Errorf("reservation %q at %v with items %+v, want a 32-digit id, at %v with the estimate 40", res.ID(), res.At(), res.Items(), d.At)
+	}
+	if got, err := res.Settle(ctx, 25); err != nil || got != tokenlimit.Settled {
+		t.Fatal(got, err)
 	}
 	if got := remaining(t, lim, "k", l); got != 75 {
 		t.Errorf("remaining %d after settling 40 at 25, want 75", got)
 	}
-	for name, again := range map[string]func() error{
-		"Settle":     func() error { return res.Settle(ctx, 10) },
-		"SettleEach": func() error { return res.SettleEach(ctx, []int64{10}) },
-		"Cancel":     func() error { return res.Cancel(ctx) },
+	for name, again := range map[string]func() (tokenlimit.SettleStatus, error){
+		"Settle":         func() (tokenlimit.SettleStatus, error) { return res.Settle(ctx, 10) },
+		"Cancel":         func() (tokenlimit.SettleStatus, error) { return res.Cancel(ctx) },
+		"Limiter.Settle": func() (tokenlimit.SettleStatus, error) { return lim.Settle(ctx, res.ID(), 10) },
 	} {
-		if err := again(); !errors.Is(err, tokenlimit.ErrSettled) {
-			t.Errorf("%s after Settle: %v, want ErrSettled", name, err)
+		if got, err := again(); err != nil || got != tokenlimit.AlreadySettled {
+			t.Errorf("%s after Settle: %s, %v; want already settled", name, got, err)
 		}
 	}
-	if got := remaining(t, lim, "k", l); got != 75 || st.adjusts.Load() != 1 {
-		t.Errorf("remaining %d after %d Adjust calls, want 75 after exactly 1", got, st.adjusts.Load())
+	if got := remaining(t, lim, "k", l); got != 75 {
+		t.Errorf("remaining %d, want 75", got)
 	}
 }
 
-func TestSettleAtTheEstimateAdjustsNothing(t *testing.T) {
-	t.Parallel()
-	lim, st, _ := newTestLimiter(t)
-	ctx := context.Background()
-	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: tokenlimit.SlidingLogLimit(10, time.Minute), Cost: 4})
-	if err != nil || res == nil {
-		t.Fatal(err)
-	}
-	if err := res.Settle(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	if n := st.adjusts.Load(); n != 0 {
-		t.Errorf("%d Adjust calls for a settlement equal to the estimate, want 0", n)
-	}
-	if err := res.Settle(ctx, 4); !errors.Is(err, tokenlimit.ErrSettled) {
-		t.Errorf("second Settle: %v, want ErrSettled", err)
-	}
-}
-
-func TestSettleEachBadInputLeavesReservationOpen(t *testing.T) {
-	t.Parallel()
-	lim, st, _ := newTestLimiter(t)
-	ctx := context.Background()
-	reqs := tokenlimit.FixedWindowLimit(10, time.Minute)
-	tokens := tokenlimit.TokenBucketLimit(1000, 10, time.Second)
-	_, res, err := lim.Reserve(ctx,
-		tokenlimit.Item{Key: "{u}", Limit: reqs, Cost: 1},
-		tokenlimit.Item{Key: "{u}", Limit: tokens, Cost: 500})
-	if err != nil || res == nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		actuals []int64
-		field   string
-	}{
-		{nil, "actuals"},
-		{[]int64{1}, "actuals"},
-		{[]int64{1, 200, 3}, "actuals"},
-		{[]int64{-1, 200}, "actuals[0]"},
-		{[]int64{1, -200}, "actuals[1]"},
-	} {
-		err := res.SettleEach(ctx, tt.actuals)
-		if got := fieldOf(t, err); got != tt.field {
-			t.Errorf("SettleEach(%v): error names %q (%v), want %q", tt.actuals, got, err, tt.field)
-		}
-	}
-	if n := st.adjusts.Load(); n != 0 {
-		t.Fatalf("%d Adjust calls for rejected settlements, want 0", n)
-	}
-	if got := remaining(t, lim, "{u}", tokens); got != 500 {
-		t.Fatalf("token budget %d after rejected settlements, want 500 (unchanged)", got)
-	}
-	// Still open: a valid settlement goes through, once.
-	if err := res.SettleEach(ctx, []int64{1, 200}); err != nil {
-		t.Fatalf("valid SettleEach after rejected ones: %v", err)
-	}
-	if r, tk := remaining(t, lim, "{u}", reqs), remaining(t, lim, "{u}", tokens); r != 9 || tk != 800 {
-		t.Errorf("after settling at (1, 200): remaining requests %d, tokens %d; want 9 and 800", r, tk)
-	}
-	if err := res.SettleEach(ctx, []int64{1, 200}); !errors.Is(err, tokenlimit.ErrSettled) {
-		t.Errorf("second SettleEach: %v, want ErrSettled", err)
-	}
-}
-
-func TestSettleStoreFailureLeavesReservationOpen(t *testing.T) {
+func TestSettleStoreFailureCanBeRetried(t *testing.T) {
 	t.Parallel()
 	lim, st, clock := newTestLimiter(t)
 	ctx := context.Background()
 	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
-	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 60})
-	if err != nil || res == nil {
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 60})
+	if err != nil || !res.OK() {
 		t.Fatal(err)
 	}
 	st.failing.Store(true)
 	clock.Advance(time.Second)
-	err = res.Settle(ctx, 10)
-	if !errors.Is(err, errStoreDown) {
+	if _, err = res.Settle(ctx, 10); !errors.Is(err, errStoreDown) {
 		t.Fatalf("Settle on a failing store: %v, want it to wrap %v", err, errStoreDown)
-	}
-	if errors.Is(err, tokenlimit.ErrSettled) {
-		t.Errorf("a failed Settle reports ErrSettled: %v", err)
 	}
 	if got := remaining(t, lim, "k", l); got != 40 {
 		t.Fatalf("remaining %d after a failed settlement, want 40 (unchanged)", got)
 	}
 	st.failing.Store(false)
-	if err := res.Settle(ctx, 10); err != nil {
-		t.Fatalf("retried Settle: %v", err)
+	if got, err := res.Settle(ctx, 10); err != nil || got != tokenlimit.Settled {
+		t.Fatalf("retried Settle: %s, %v", got, err)
 	}
 	if got := remaining(t, lim, "k", l); got != 90 {
 		t.Errorf("remaining %d after settling 60 at 10, want 90", got)
 	}
-	if err := res.Settle(ctx, 10); !errors.Is(err, tokenlimit.ErrSettled) {
-		t.Errorf("third Settle: %v, want ErrSettled", err)
+}
+
+func TestSettleRejectsBadActual(t *testing.T) {
+	t.Parallel()
+	lim, _, _ := newTestLimiter(t)
+	ctx := context.Background()
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: tokenlimit.FixedWindowLimit(10, time.Minute), Cost: 5})
+	if err != nil || !res.OK() {
+		t.Fatal(err)
 	}
-	if n := st.adjusts.Load(); n != 2 {
-		t.Errorf("%d Adjust calls, want 2 (the failed one and the retry)", n)
+	for _, actual := range []int64{-1, tokenlimit.MaxCost + 1} {
+		if _, err := res.Settle(ctx, actual); fieldOf(t, err) != "actual" {
+			t.Errorf("Settle(%d): %v, want an error naming actual", actual, err)
+		}
+	}
+	if got, err := res.Settle(ctx, 1); err != nil || got != tokenlimit.Settled {
+		t.Errorf("Settle(1) after rejected ones: %s, %v", got, err)
 	}
 }
 
-func TestConcurrentSettleAdjustsOnce(t *testing.T) {
+func TestConcurrentSettleAppliesOnce(t *testing.T) {
 	t.Parallel()
-	lim, st, _ := newTestLimiter(t)
+	lim, _, _ := newTestLimiter(t)
 	ctx := context.Background()
 	l := tokenlimit.FixedWindowLimit(1000, time.Hour)
-	_, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 100})
-	if err != nil || res == nil {
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 100})
+	if err != nil || !res.OK() {
 		t.Fatal(err)
 	}
 	const goroutines = 8
@@ -352,32 +320,23 @@ func TestConcurrentSettleAdjustsOnce(t *testing.T) {
 		settled atomic.Int64
 		already atomic.Int64
 	)
-	for g := range goroutines {
+	for range goroutines {
 		wg.Go(func() {
 			<-start
-			var err error
-			if g%2 == 0 {
-				err = res.Settle(ctx, 30)
-			} else {
-				err = res.SettleEach(ctx, []int64{30})
-			}
-			switch {
-			case err == nil:
-				settled.Add(1)
-			case errors.Is(err, tokenlimit.ErrSettled):
-				already.Add(1)
-			default:
+			switch st, err := res.Settle(ctx, 30); {
+			case err != nil:
 				t.Error(err)
+			case st == tokenlimit.Settled:
+				settled.Add(1)
+			case st == tokenlimit.AlreadySettled:
+				already.Add(1)
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
 	if settled.Load() != 1 || already.Load() != goroutines-1 {
-		t.Errorf("%d settled, %d ErrSettled; want 1 and %d", settled.Load(), already.Load(), goroutines-1)
-	}
-	if n := st.adjusts.Load(); n != 1 {
-		t.Errorf("%d Adjust calls, want exactly 1", n)
+		t.Errorf("%d settled, %d already; want 1 and %d", settled.Load(), already.Load(), goroutines-1)
 	}
 	if got := remaining(t, lim, "k", l); got != 970 {
 		t.Errorf("remaining %d, want 970 (100 reserved, settled once at 30)", got)

@@ -16,8 +16,6 @@ var (
 	// ErrStoreFull means an in-memory store reached its bound on live keys
 	// and refused to create another; existing keys are never evicted.
 	ErrStoreFull = errors.New("store is full")
-	// ErrSettled means a Reservation was already settled or cancelled.
-	ErrSettled = errors.New("reservation already settled")
 )
 
 // Bounds on one store call.
@@ -154,6 +152,8 @@ type Store interface {
 	// Reset forgets key's budget under algorithm alg: it is whole again.
 	// Resetting a budget that holds nothing is not an error.
 	Reset(ctx context.Context, key string, alg Algorithm) error
+	// Reserver keeps reservations in the store.
+	Reserver
 }
 
 // StoreInfo is what a store says about itself.

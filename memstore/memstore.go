@@ -67,10 +67,11 @@ type shard struct {
 	mu sync.Mutex
 	// entries maps slot(hash, algorithm) to the entries of that slot.
 	entries   map[uint64]*entry
+	records   map[string]*record // reservations by id
 	lastSweep int64
 	// Pad to two cache lines so that cores working on different shards do
 	// not invalidate each other's lines (false sharing).
-	_ [128 - 24]byte
+	_ [128 - 32]byte
 }
 
 // entry is one key's state under one algorithm: s holds a fixed window's
@@ -112,6 +113,7 @@ func New(opts Options) (*Store, error) {
 	}
 	for i := range s.shards {
 		s.shards[i].entries = make(map[uint64]*entry)
+		s.shards[i].records = make(map[string]*record)
 	}
 	return s, nil
 }
@@ -169,6 +171,15 @@ func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlim
 	var locks lockSet
 	s.lock(&locks, decided, t)
 	defer s.unlock(&locks)
+	_, err = s.checkLocked(items, decided, results, t, 0)
+	return now, err
+}
+
+// checkLocked decides items, prepared in decided, at now and, if all allow,
+// charges them, creating keys only if they and extra more fit under
+// MaxKeys. It reports whether all allowed. The caller holds the items'
+// shard locks.
+func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results []tokenlimit.Result, t int64, extra int) (bool, error) {
 	allowed := true
 	for i := range decided {
 		p := &decided[i]
@@ -177,8 +188,8 @@ func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlim
 		allowed = allowed && p.out.Allowed
 	}
 	if allowed {
-		if err := s.commit(items, decided, t); err != nil {
-			return now, err
+		if err := s.commit(items, decided, t, extra); err != nil {
+			return false, err
 		}
 	} else {
 		s.reportUncharged(items, decided, t)
@@ -186,7 +197,7 @@ func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlim
 	for i := range decided {
 		results[i] = result(items[i].Limit, decided[i].out)
 	}
-	return now, nil
+	return allowed, nil
 }
 
 // checkOne is check for one item: one shard, and a denial is already the
@@ -207,7 +218,7 @@ func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, decided []pendi
 	p.e = s.lookup(p.h, it.Limit.Algorithm, it.Key)
 	s.decide(p, it, it.Cost, t)
 	if p.out.Allowed {
-		if err := s.commit(items, decided, t); err != nil {
+		if err := s.commit(items, decided, t, 0); err != nil {
 			return err
 		}
 	}
@@ -320,9 +331,10 @@ func (s *Store) reportUncharged(items []tokenlimit.Item, decided []pending, now 
 }
 
 // commit stores every charged item's new state. Keys are created only if
-// all of them fit under MaxKeys, so a full store changes nothing.
-func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64) error {
-	created := 0
+// all of them, and extra more (a reservation's record), fit under MaxKeys,
+// so a full store changes nothing.
+func (s *Store) commit(items []tokenlimit.Item, decided []pending, now int64, extra int) error {
+	created := extra
 	for i := range decided {
 		if decided[i].e == nil && items[i].Cost > 0 {
 			created++
@@ -397,6 +409,13 @@ func (s *Store) adjustAll(now time.Time, adjustments []tokenlimit.Adjustment) er
 	var locks lockSet
 	s.lock(&locks, keys, t)
 	defer s.unlock(&locks)
+	return s.adjustLocked(adjustments, keys, t)
+}
+
+// adjustLocked applies adjustments, whose key hashes keys holds, at t: all,
+// or none when the keys they create do not fit. The caller holds their
+// shard locks.
+func (s *Store) adjustLocked(adjustments []tokenlimit.Adjustment, keys []pending, t int64) error {
 	created := 0
 	for i, a := range adjustments {
 		if a.Delta > 0 && s.lookup(keys[i].h, a.Limit.Algorithm, a.Key) == nil {

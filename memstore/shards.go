@@ -29,7 +29,7 @@ func slot(h uint64, alg tokenlimit.Algorithm) uint64 {
 
 // lockSet is the set of shards one call holds, in index order.
 type lockSet struct {
-	idx [tokenlimit.MaxItems]uint32
+	idx [tokenlimit.MaxItems + 1]uint32
 	n   int
 }
 
@@ -37,10 +37,20 @@ type lockSet struct {
 // index order so that concurrent multi-item checks cannot deadlock, and
 // sweeps those that are due at now. Release them with unlock.
 func (s *Store) lock(set *lockSet, decided []pending, now int64) {
+	s.lockWith(set, decided, nil, now)
+}
+
+// lockWith is lock that also locks the shard of the key hashed to *extra,
+// if not nil (a reservation's id).
+func (s *Store) lockWith(set *lockSet, decided []pending, extra *uint64, now int64) {
 	mask := uint64(len(s.shards) - 1)
 	n := len(decided)
 	for i := range decided {
 		set.idx[i] = uint32(decided[i].h & mask)
+	}
+	if extra != nil {
+		set.idx[n] = uint32(*extra & mask)
+		n++
 	}
 	set.n = n
 	if n > 1 {
@@ -103,6 +113,12 @@ func (s *Store) sweepShard(sh *shard, now int64) {
 			delete(sh.entries, k)
 		case kept != head:
 			sh.entries[k] = kept
+		}
+	}
+	for id, r := range sh.records {
+		if r.expires <= now {
+			delete(sh.records, id)
+			s.keys.Add(-1)
 		}
 	}
 }

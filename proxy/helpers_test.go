@@ -305,3 +305,17 @@ func (f *failingStore) Adjust(ctx context.Context, now time.Time, adj []tokenlim
 	}
 	return f.Store.Adjust(ctx, now, adj)
 }
+
+func (f *failingStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	if f.fail.Load() {
+		return tokenlimit.ReserveOutcome{}, errStoreDown
+	}
+	return f.Store.Reserve(ctx, now, req, results)
+}
+
+func (f *failingStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	if f.fail.Load() {
+		return 0, errStoreDown
+	}
+	return f.Store.Settle(ctx, now, req)
+}

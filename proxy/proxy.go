@@ -262,8 +262,7 @@ type call struct {
 	kind     Kind
 	est      Estimate
 	req      service.Request
-	decision service.Decision
-	hold     *service.Hold
+	decision service.Decision // Reserved when there is a reservation to settle
 	dialect  dialect
 	body     []byte    // the body to forward; nil for a passthrough
 	injected bool      // stream_options.include_usage was added for the proxy
@@ -380,7 +379,7 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
 // reserve caps a default reply budget, reserves the estimate, and answers
 // 400, 429 or 503 when the request may not go on.
 func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
-	opts := service.HoldOptions{ID: c.id}
+	opts := service.ReserveOptions{ID: c.id}
 	if c.kind == Passthrough {
 		opts.Units = []service.Unit{service.Requests, service.InFlight}
 	} else {
@@ -393,7 +392,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		}
 	}
 	// A client that leaves mid-decision must not count as a store failure.
-	d, hold, err := p.svc.ReserveHold(context.WithoutCancel(r.Context()), c.req, opts)
+	d, err := p.svc.ReserveWith(context.WithoutCancel(r.Context()), opts, c.req)
 	switch {
 	case errors.Is(err, service.ErrInvalidRequest):
 		writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", err.Error())
@@ -412,7 +411,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		p.deny(w, c, d)
 		return false
 	}
-	c.decision, c.hold = d, hold
+	c.decision = d
 	return true
 }
 
@@ -477,11 +476,14 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // and their price on limits in usd; and reports it.
 func (p *Proxy) settle(c *call, used bill, basis Basis) {
 	c.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
-		defer cancel()
 		actual := used.tokens()
 		spend, _ := p.price(c, used)
-		err := c.hold.SettleSpend(ctx, actual, spend)
+		var err error
+		if c.decision.Reserved {
+			ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
+			defer cancel()
+			_, err = p.svc.SettleSpend(ctx, c.id, actual, spend)
+		}
 		if err != nil {
 			p.log.Error("settle failed; the estimate stands", "request_id", c.id, "error", err)
 		}

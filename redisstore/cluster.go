@@ -62,7 +62,7 @@ func (s *Store) checkGroups(ctx context.Context, now time.Time, items []tokenlim
 		if allowed(partResults) {
 			continue
 		}
-		if err := s.refund(ctx, now, items, groups[:g], times); err != nil {
+		if err := s.refundDetached(ctx, now, items, groups[:g], times); err != nil {
 			return now, err
 		}
 		return times[0], s.peekUncharged(ctx, now, items, results, groups, g)
@@ -71,12 +71,22 @@ func (s *Store) checkGroups(ctx context.Context, now time.Time, items []tokenlim
 }
 
 // undo refunds the groups already charged when a later one failed, and
-// returns the failure.
+// returns the failure. The refund runs on a detached context (see
+// Options.RefundTimeout): the caller's may be what expired.
 func (s *Store) undo(ctx context.Context, now time.Time, items []tokenlimit.Item, charged [][]int, times []time.Time, cause error) error {
+	ctx, cancel := s.detached(ctx)
+	defer cancel()
 	if err := s.refund(ctx, now, items, charged, times); err != nil {
 		return fmt.Errorf("%w (and refunding the slots already charged failed: %v)", cause, err)
 	}
 	return cause
+}
+
+// refundDetached is refund on a detached context (see Options.RefundTimeout).
+func (s *Store) refundDetached(ctx context.Context, now time.Time, items []tokenlimit.Item, charged [][]int, times []time.Time) error {
+	ctx, cancel := s.detached(ctx)
+	defer cancel()
+	return s.refund(ctx, now, items, charged, times)
 }
 
 // refund gives back the costs of the charged groups, each at the time it

@@ -286,7 +286,7 @@ func TestRedisDownIsAnError(t *testing.T) {
 					t.Errorf("check %d took %v, past the %v deadline", i, took, deadline)
 				}
 			}
-			_, _, err = lim.Reserve(context.Background(), tokenlimit.Item{Key: "k", Limit: l, Cost: 1})
+			_, err = lim.Reserve(context.Background(), tokenlimit.Item{Key: "k", Limit: l, Cost: 1})
 			if err == nil {
 				t.Error("Reserve with Redis down: no error")
 			}

@@ -16,8 +16,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -47,12 +50,15 @@ type Options struct {
 	// Adjust instead of the Redis server's TIME. For tests that drive a fake
 	// clock; in production, server time keeps replicas consistent.
 	CallerTime bool
-	// Cluster makes a check whose keys lie in several Redis Cluster slots run
-	// one script per slot, in order, instead of failing with CROSSSLOT: if a
-	// slot's items deny, the slots already charged are refunded, so the check
-	// stays all or nothing, but another client may briefly see those charges.
-	// Keys that share a hash tag ("{tenant=acme}:...") share a slot and are
-	// decided in one atomic call. Adjustments run per slot too.
+	// Cluster must be set on Redis Cluster. It makes a check whose keys lie
+	// in several slots run one script per slot, in order, instead of failing
+	// with CROSSSLOT: if a slot's items deny, the slots already charged are
+	// refunded, so the check stays all or nothing, but another client may
+	// briefly see those charges. Keys that share a hash tag
+	// ("{tenant=acme}:...") share a slot and are decided in one atomic call.
+	// Adjustments run per slot too. Reservations keep their records in the
+	// slots of their items and a pointer in the id's slot (see Reserve);
+	// without Cluster they fail on Redis Cluster with CROSSSLOT.
 	Cluster bool
 	// Unbatched makes every check its own script call. By default checks
 	// that arrive while a check's call is in flight are decided together in
@@ -64,7 +70,16 @@ type Options struct {
 	// their state is empty; padding only matters when the caller's clock
 	// (CallerTime) runs ahead of or behind the server's.
 	TTLPadding time.Duration
+	// RefundTimeout bounds the calls that take back a partly charged
+	// Cluster check or reservation when a later slot denies or fails. They
+	// run on a context detached from the caller's, whose deadline may be
+	// what failed, so that the earlier slots are not left over-charged.
+	// Zero means DefaultRefundTimeout.
+	RefundTimeout time.Duration
 }
+
+// DefaultRefundTimeout is Options.RefundTimeout's default.
+const DefaultRefundTimeout = time.Second
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
@@ -84,6 +99,10 @@ type Store struct {
 	adjust            script
 	reset             script
 	entries           script
+	reserve           script
+	settle            script
+	claim             script
+	refundTO          time.Duration
 }
 
 var (
@@ -103,6 +122,12 @@ func New(client Scripter, opts Options) (*Store, error) {
 	}
 	if opts.TTLPadding < 0 {
 		return nil, fmt.Errorf("redisstore: New: TTLPadding must not be negative, got %s", opts.TTLPadding)
+	}
+	if opts.RefundTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: New: RefundTimeout must not be negative, got %s", opts.RefundTimeout)
+	}
+	if opts.RefundTimeout == 0 {
+		opts.RefundTimeout = DefaultRefundTimeout
 	}
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: New: Prefix %q must not contain '{' or '}': they would become the keys' Redis Cluster hash tag", opts.Prefix)
@@ -128,6 +153,10 @@ func New(client Scripter, opts Options) (*Store, error) {
 		adjust:     newScript(adjustSource),
 		reset:      newScript(resetSource),
 		entries:    newScript(entriesSource),
+		reserve:    newScript(reserveSource),
+		settle:     newScript(settleSource),
+		claim:      newScript(claimSource),
+		refundTO:   opts.RefundTimeout,
 	}
 	if !opts.Unbatched {
 		s.batch = newBatchers(opts.Cluster)
@@ -298,9 +327,36 @@ func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int6
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
 	if err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT") {
-		return nil, fmt.Errorf("%w: on Redis Cluster the keys of one check must share a hash tag, such as {tenant=acme}", err)
+		return nil, fmt.Errorf("%w: on Redis Cluster set Options.Cluster, or give the keys of one check a shared hash tag, such as {tenant=acme}", err)
 	}
 	return reply, err
+}
+
+// runIdempotent is run for the scripts that are safe to repeat (reserve and
+// settle, bound to an id): after an error of the connection itself, such as
+// a stale connection that Redis closed when it restarted, it tries once
+// more. Plain checks are never retried: a check whose reply was lost may
+// have charged, and a second one would charge again.
+func (s *Store) runIdempotent(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	reply, err := s.run(ctx, sc, keys, args)
+	if err != nil && isConnectionError(err) && ctx.Err() == nil {
+		reply, err = s.run(ctx, sc, keys, args)
+	}
+	return reply, err
+}
+
+// isConnectionError reports whether err says the connection broke (closed,
+// reset), as opposed to a Redis error reply or a timeout.
+func isConnectionError(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// detached returns a context for undoing a partial Cluster call: it keeps
+// ctx's values but not its deadline or cancellation, and has the store's
+// refund timeout.
+func (s *Store) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.refundTO)
 }
 
 type script struct {

@@ -131,7 +131,9 @@ func TestConformanceCluster(t *testing.T) {
 			Replica: func() tokenlimit.Store {
 				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
 				t.Cleanup(func() { c.Close() })
-				return newStore(t, goredisclient.New(c), callerTime(prefix))
+				opts := callerTime(prefix)
+				opts.Cluster = true // reservations find their records through it
+				return newStore(t, goredisclient.New(c), opts)
 			},
 			FlushScripts: func(t *testing.T) {
 				for i := range cluster.Addrs() {
@@ -204,6 +206,14 @@ func (u untagged) Adjust(ctx context.Context, now time.Time, adjustments []token
 		out[i].Key = untag.Replace(out[i].Key)
 	}
 	return u.Store.Adjust(ctx, now, out)
+}
+
+func (u untagged) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	req.Items = slices.Clone(req.Items)
+	for i := range req.Items {
+		req.Items[i].Key = untag.Replace(req.Items[i].Key)
+	}
+	return u.Store.Reserve(ctx, now, req, results)
 }
 
 func (u untagged) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
@@ -339,10 +349,11 @@ func TestTTLsAreNoLongerThanNeeded(t *testing.T) {
 		tokenlimit.TokenBucketLimit(10, 1, time.Minute),
 		tokenlimit.GCRALimit(9, 1, time.Minute),
 	} {
-		d, res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "ttl", Limit: l, Cost: 4})
-		if err != nil || res == nil {
+		res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "ttl", Limit: l, Cost: 4})
+		if err != nil || !res.OK() {
 			t.Fatalf("%s: reserve: %v", l, err)
 		}
+		d := res.Decision()
 		key := st.Key("ttl", l.Algorithm)
 		ttl, err := c.PTTL(ctx, key).Result()
 		if err != nil {
@@ -352,8 +363,8 @@ func TestTTLsAreNoLongerThanNeeded(t *testing.T) {
 		if ttl <= 0 || ttl > need {
 			t.Errorf("%s: PTTL %v after a charge with ResetAfter %v, want 0 < PTTL <= %v", l, ttl, d.Results[0].ResetAfter, need)
 		}
-		if err := res.Cancel(ctx); err != nil {
-			t.Fatal(err)
+		if st, err := res.Cancel(ctx); err != nil || st != tokenlimit.Settled {
+			t.Fatal(st, err)
 		}
 		n, err := c.Exists(ctx, st.Keys("ttl", l.Algorithm)...).Result()
 		if err != nil {
@@ -476,12 +487,12 @@ func TestClusterSettlesEverySlotInServerTime(t *testing.T) {
 	for i := range 6 {
 		items = append(items, tokenlimit.Item{Key: fmt.Sprintf("slot%d", i), Limit: l, Cost: 5})
 	}
-	d, res, err := lim.Reserve(ctx, items...)
-	if err != nil || res == nil || !d.Allowed {
-		t.Fatalf("reserve: %v %+v", err, d)
+	res, err := lim.Reserve(ctx, items...)
+	if err != nil || !res.OK() {
+		t.Fatalf("reserve: %v %+v", err, res.Decision())
 	}
-	if err := res.Cancel(ctx); err != nil {
-		t.Fatal(err)
+	if st, err := res.Cancel(ctx); err != nil || st != tokenlimit.Settled {
+		t.Fatal(st, err)
 	}
 	for _, it := range items {
 		r, err := lim.AllowN(ctx, it.Key, l, 0)

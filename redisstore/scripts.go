@@ -17,7 +17,12 @@ var (
 	checkSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check_group.lua", "check.lua")
 	// checkBatchSource decides several checks in one call (batch.go).
 	checkBatchSource = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "check_group.lua", "check_batch.lua")
-	adjustSource     = assemble("lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua", "adjust.lua")
+	adjustSource     = assemble(allAlgorithms("adjust_item.lua", "adjust.lua")...)
+	// reserveSource and settleSource keep reservations (tokenlimit.Reserver);
+	// claimSource is the Cluster pointer that finds them by id.
+	reserveSource = assemble(allAlgorithms("check_group.lua", "adjust_item.lua", "record.lua", "reserve.lua")...)
+	settleSource  = assemble(allAlgorithms("adjust_item.lua", "record.lua", "settle.lua")...)
+	claimSource   = assemble(allAlgorithms("adjust_item.lua", "record.lua", "claim.lua")...)
 	// entriesSource lists a sliding log's entries in its window (read only).
 	entriesSource = assemble("lib.lua", "sliding_log.lua", "log_entries.lua")
 	// checkOneSource holds, per algorithm, the script for a check of one
@@ -33,6 +38,12 @@ var (
 	// through the same Scripter as everything else).
 	resetSource = "redis.call('DEL', unpack(KEYS))\nreturn {}"
 )
+
+// allAlgorithms lists lib.lua, every algorithm and then the files of a
+// script that handles items of any algorithm.
+func allAlgorithms(main ...string) []string {
+	return append([]string{"lib.lua", "fixed_window.lua", "sliding_counter.lua", "sliding_log.lua", "bucket.lua"}, main...)
+}
 
 func assemble(files ...string) string {
 	var src []byte

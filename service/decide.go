@@ -74,88 +74,139 @@ func items(checks []check) []tokenlimit.Item {
 	return out
 }
 
-// checkStore calls the store through the breaker and timeout. failed reports
-// a store failure (the caller applies failure modes); err is for invalid
-// input (matching ErrInvalidRequest), a caller that gave up (its context's
-// error), or a full store (matching tokenlimit.ErrStoreFull: the store is
-// healthy but has no room for a new key), none of which is a store failure.
+// checkStore checks checks on the store through the breaker and timeout.
+// failed reports a store failure (the caller applies failure modes); err is
+// for invalid input (matching ErrInvalidRequest), a caller that gave up (its
+// context's error), or a full store (matching tokenlimit.ErrStoreFull: the
+// store is healthy but has no room for a new key), none of which is a store
+// failure.
 func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
-	d, _, failed, err = s.callStore(ctx, checks, false)
+	failed, err = s.call(ctx, opCheck, func(ctx context.Context) error {
+		var err error
+		d, err = s.limiter.Check(ctx, items(checks)...)
+		return err
+	})
 	return d, failed, err
 }
 
-// callStore checks, or reserves, checks on the store; see checkStore.
-func (s *Service) callStore(ctx context.Context, checks []check, reserve bool) (d tokenlimit.Decision, r *tokenlimit.Reservation, failed bool, err error) {
-	call := func(ctx context.Context) (tokenlimit.Decision, error) {
-		if reserve {
-			var err error
-			d, r, err = s.limiter.Reserve(ctx, items(checks)...)
-			return d, err
-		}
-		return s.limiter.Check(ctx, items(checks)...)
-	}
+// The store operations, for logs and metrics.
+const (
+	opCheck   = "check"
+	opReserve = "reserve"
+	opSettle  = "settle"
+)
+
+// call runs op against the store: for a remote store through the circuit
+// breaker (failing fast while it is open) and within the store timeout.
+// failed reports a store failure; err is invalid input (matching
+// ErrInvalidRequest) or the caller's context error. A plain check that
+// failed once sent may or may not have been applied: it is counted as an
+// outcome unknown. (Reserves and settles are bound to an id and reconcile.)
+func (s *Service) call(ctx context.Context, op string, run func(ctx context.Context) error) (failed bool, err error) {
 	if !s.store.Remote {
-		d, err = call(ctx)
+		err = run(ctx)
 		switch {
 		case errors.Is(err, tokenlimit.ErrInvalid):
-			return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+			return false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		case errors.Is(err, tokenlimit.ErrStoreFull):
-			return d, nil, false, err
+			return false, err
 		case err != nil && ctx.Err() != nil:
-			return d, nil, false, ctx.Err()
+			return false, ctx.Err()
 		case err != nil:
 			s.metrics.storeErrors.Inc()
-			s.log.ErrorContext(ctx, "store failed", "error", err)
-			return d, nil, true, nil
+			s.log.ErrorContext(ctx, "store failed", "op", op, "error", err)
+			return true, nil
 		}
-		return d, r, false, nil
+		return false, nil
 	}
 	ticket, ok := s.breaker.Allow()
 	if !ok {
-		return d, nil, true, nil
+		return true, nil
 	}
 	callCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
 	defer cancel()
-	d, err = call(callCtx)
+	err = run(callCtx)
 	switch {
 	case errors.Is(err, tokenlimit.ErrInvalid):
 		s.breaker.Done(ticket, nil)
-		return d, nil, false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	case errors.Is(err, tokenlimit.ErrStoreFull): // it answered: healthy, only full
 		s.breaker.Done(ticket, nil)
-		return d, nil, false, err
+		return false, err
 	case err != nil && ctx.Err() != nil: // the caller gave up, not the store
 		s.breaker.Cancel(ticket)
-		return d, nil, false, ctx.Err()
+		if op == opCheck {
+			s.metrics.outcomeUnknown.Inc()
+		}
+		return false, ctx.Err()
 	}
 	trial := s.breaker.State() == breaker.HalfOpen
 	s.breaker.Done(ticket, err)
 	if err != nil {
 		s.metrics.storeErrors.Inc()
+		if op == opCheck {
+			s.metrics.outcomeUnknown.Inc()
+		}
 		// A failed half-open trial only confirms the outage the breaker
 		// already reported: once per cooldown, at debug.
 		level := slog.LevelWarn
 		if trial {
 			level = slog.LevelDebug
 		}
-		s.log.Log(ctx, level, "store failed; applying failure modes", "error", err)
-		return d, nil, true, nil
+		s.log.Log(ctx, level, "store failed; applying failure modes", "op", op, "error", err)
+		return true, nil
 	}
-	return d, r, false, nil
+	s.storeAnswered()
+	return false, nil
 }
 
 // failover decides while the store is failing: a fail-closed limit makes the
 // request unavailable (503); fail-open limits are decided on the local
 // in-memory budget, each at its configured share of the limit.
 func (s *Service) failover(checks []check) Decision {
-	d, _ := s.failoverReserve(checks, false)
+	d, open := s.failClosed(checks)
+	if d.Unavailable {
+		return d
+	}
+	ld, err := s.local.Check(context.Background(), items(open)...)
+	if errors.Is(err, tokenlimit.ErrStoreFull) {
+		return s.keySpaceFull(open, "local", err)
+	}
+	if err != nil {
+		s.log.Error("local fail-open budget failed", "error", err)
+		return Decision{At: s.opts.Clock(), Unavailable: true}
+	}
+	d.Allowed, d.Limits = ld.Allowed, outcomes(open, ld.Results, true)
 	return d
 }
 
-// failoverReserve is failover that, when reserve is true and the local
-// budget admits the request, also returns the local reservation, so that
-// settling it refunds the estimate and releases concurrency slots locally.
-func (s *Service) failoverReserve(checks []check, reserve bool) (Decision, *tokenlimit.Reservation) {
+// failoverReserve is failover for a reservation: the fail-open limits are
+// reserved on the local budget under the same id (so that a settle finds
+// it), with their shares.
+func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest) Decision {
+	d, open := s.failClosed(checks)
+	if d.Unavailable {
+		return d
+	}
+	req.Items = items(open)
+	res, err := s.local.ReserveWith(context.Background(), req)
+	if errors.Is(err, tokenlimit.ErrStoreFull) {
+		return s.keySpaceFull(open, "local", err)
+	}
+	if err == nil {
+		d, err = reservationDecision(open, res, true)
+	}
+	if err != nil { // the id is in use there
+		s.log.Error("local fail-open reservation failed", "error", err)
+		return Decision{At: s.opts.Clock(), Unavailable: true}
+	}
+	return d
+}
+
+// failClosed returns the decision for checks while the store fails if a
+// fail-closed limit makes it unavailable, and otherwise the fail-open
+// checks scaled to their shares.
+func (s *Service) failClosed(checks []check) (Decision, []check) {
 	d := Decision{At: s.opts.Clock()}
 	var open []check
 	for _, c := range checks {
@@ -168,27 +219,7 @@ func (s *Service) failoverReserve(checks []check, reserve bool) (Decision, *toke
 		c.item.Limit = share(c.item.Limit, c.limit.FailOpenShare)
 		open = append(open, c)
 	}
-	if d.Unavailable {
-		return d, nil
-	}
-	var ld tokenlimit.Decision
-	var res *tokenlimit.Reservation
-	var err error
-	if reserve {
-		ld, res, err = s.local.Reserve(context.Background(), items(open)...)
-	} else {
-		ld, err = s.local.Check(context.Background(), items(open)...)
-	}
-	if errors.Is(err, tokenlimit.ErrStoreFull) {
-		return s.keySpaceFull(open, "local", err), nil
-	}
-	if err != nil {
-		s.log.Error("local fail-open budget failed", "error", err)
-		d.Unavailable = true
-		return d, nil
-	}
-	d.Allowed, d.Limits = ld.Allowed, outcomes(open, ld.Results, true)
-	return d, res
+	return d, open
 }
 
 // share scales a limit to a share of its budget, keeping at least 1.

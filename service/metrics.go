@@ -19,8 +19,11 @@ type metrics struct {
 	storeErrors  prometheus.Counter
 	keyOverflow  *prometheus.CounterVec
 	keySpaceFull *prometheus.CounterVec
-	reloads      *prometheus.CounterVec
-	stats        Stats // live per-second counts for the dashboard (stats.go)
+	// outcomeUnknown counts plain checks whose store call failed after it
+	// may have been sent: each may or may not have charged.
+	outcomeUnknown prometheus.Counter
+	reloads        *prometheus.CounterVec
+	stats          Stats // live per-second counts for the dashboard (stats.go)
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -87,6 +90,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_key_space_full_total",
 			Help: "Requests denied because they needed a new key and the store (store=\"store\") or the local fail-open budget (store=\"local\") was full.",
 		}, []string{"store"}),
+		outcomeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokenlimit_store_outcome_unknown_total",
+			Help: "Checks whose store call timed out or failed once sent: each may or may not have been charged in the store (at most its cost).",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_config_reloads_total",
 			Help: "Configuration reloads by result (ok, error).",
@@ -99,7 +106,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.outcomeUnknown, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -149,6 +156,18 @@ func watchKeys(reg prometheus.Registerer, stores map[string]keyCounter) error {
 		}
 	}
 	return nil
+}
+
+// watchPending exports the settlements waiting for the store as
+// tokenlimit_reconcile_pending, read when scraped.
+func watchPending(reg prometheus.Registerer, r *reconciler) error {
+	if reg == nil {
+		return nil
+	}
+	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tokenlimit_reconcile_pending",
+		Help: "Settlements of local fail-open reservations waiting for the store to answer again.",
+	}, func() float64 { return float64(r.len()) }))
 }
 
 // observe counts a decision per limit.

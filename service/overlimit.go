@@ -85,6 +85,13 @@ func (o *overLimit) forget(checks []check) {
 	}
 }
 
+// forgetAll drops every cached denial.
+func (o *overLimit) forgetAll() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.entries)
+}
+
 // sweep drops expired entries. The caller holds mu.
 func (o *overLimit) sweep(now time.Time) {
 	for k, e := range o.entries {

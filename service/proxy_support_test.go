@@ -54,61 +54,60 @@ func TestUnitsAndSelect(t *testing.T) {
 	}
 }
 
-// TestReserveHold: a hold charges the estimate, settles each limit in its
-// own unit (tokens to the actual, requests unchanged, the in-flight slot
-// released), settles once, and keeps no record when denied.
-func TestReserveHold(t *testing.T) {
+// TestReserveWithUnits: a reservation charges the estimate, settles each
+// limit in its own unit (tokens to the actual, requests unchanged, the
+// in-flight slot released), settles once, and keeps no record when denied.
+func TestReserveWithUnits(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, proxySupportConfig, t0)
 		ctx := context.Background()
 		desc := D{"api_key": "k2", "model": "big"}
-		d, h, err := e.svc.ReserveHold(ctx, service.Request{Descriptors: desc, Cost: 400}, service.HoldOptions{ID: "call-1"})
-		if err != nil || !d.Allowed || h == nil || d.ReservationID != "call-1" {
-			t.Fatalf("ReserveHold = %s, %v, %v", describe(d), h, err)
+		d, err := e.svc.ReserveWith(ctx, service.ReserveOptions{ID: "call-1"}, service.Request{Descriptors: desc, Cost: 400})
+		if err != nil || !d.Allowed || !d.Reserved || d.ReservationID != "call-1" {
+			t.Fatalf("ReserveWith = %s, %v", describe(d), err)
 		}
 		for name, want := range map[string]int64{"tokens": 600, "requests": 9, "weighted": 95, "in-flight": 1, "plan-free-daily": 4600} {
 			if got := e.remaining(desc, name); got != want {
 				t.Errorf("reserved: %s remaining %d, want %d", name, got, want)
 			}
 		}
-		if err := h.Settle(ctx, 120); err != nil {
-			t.Fatal(err)
+		if st, err := e.svc.Settle(ctx, "call-1", 120); err != nil || st != tokenlimit.Settled {
+			t.Fatal(st, err)
 		}
 		for name, want := range map[string]int64{"tokens": 880, "requests": 9, "weighted": 95, "in-flight": 2, "plan-free-daily": 4880} {
 			if got := e.remaining(desc, name); got != want {
 				t.Errorf("settled: %s remaining %d, want %d", name, got, want)
 			}
 		}
-		if err := h.Settle(ctx, 0); !errors.Is(err, tokenlimit.ErrSettled) {
-			t.Errorf("second Settle = %v, want ErrSettled", err)
-		}
-		var nilHold *service.Hold
-		if err := nilHold.Settle(ctx, 5); err != nil {
-			t.Errorf("Settle on a nil hold = %v", err)
+		if st, err := e.svc.Settle(ctx, "call-1", 0); err != nil || st != tokenlimit.AlreadySettled {
+			t.Errorf("second Settle = %s, %v; want already settled", st, err)
 		}
 
 		// Requests only: the token limits are left out.
-		d, h, err = e.svc.ReserveHold(ctx, service.Request{Descriptors: desc}, service.HoldOptions{Units: []service.Unit{service.Requests, service.InFlight}})
+		d, err = e.svc.ReserveWith(ctx, service.ReserveOptions{Units: []service.Unit{service.Requests, service.InFlight}}, service.Request{Descriptors: desc})
 		if err != nil || !d.Allowed || len(d.Limits) != 3 || d.ReservationID == "" {
 			t.Fatalf("requests only: %s, %v", describe(d), err)
 		}
-		if err := h.Settle(ctx, 0); err != nil {
-			t.Fatal(err)
+		if st, err := e.svc.Settle(ctx, d.ReservationID, 0); err != nil || st != tokenlimit.Settled {
+			t.Fatal(st, err)
 		}
 		if got := e.remaining(desc, "tokens"); got != 880 {
 			t.Errorf("requests only: tokens remaining %d, want 880", got)
 		}
 
-		// Denied: nothing charged, no hold.
-		d, h, err = e.svc.ReserveHold(ctx, service.Request{Descriptors: desc, Cost: 900}, service.HoldOptions{})
-		if err != nil || d.Allowed || h != nil {
-			t.Fatalf("too big: %s, %v, %v; want denied with no hold", describe(d), h, err)
+		// Denied: nothing charged, nothing recorded.
+		d, err = e.svc.ReserveWith(ctx, service.ReserveOptions{}, service.Request{Descriptors: desc, Cost: 900})
+		if err != nil || d.Allowed || d.Reserved {
+			t.Fatalf("too big: %s, %v; want denied with nothing reserved", describe(d), err)
+		}
+		if st, err := e.svc.Settle(ctx, d.ReservationID, 5); err != nil || st != tokenlimit.UnknownReservation {
+			t.Errorf("settling a denied reservation: %s, %v; want unknown", st, err)
 		}
 		if got := e.remaining(desc, "in-flight"); got != 2 {
 			t.Errorf("denied: in-flight remaining %d, want 2", got)
 		}
-		if _, _, err := e.svc.ReserveHold(ctx, service.Request{Descriptors: desc, Cost: -1}, service.HoldOptions{}); !errors.Is(err, service.ErrInvalidRequest) {
+		if _, err := e.svc.ReserveWith(ctx, service.ReserveOptions{}, service.Request{Descriptors: desc, Cost: -1}); !errors.Is(err, service.ErrInvalidRequest) {
 			t.Errorf("negative cost: %v, want ErrInvalidRequest", err)
 		}
 	})

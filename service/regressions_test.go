@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
@@ -244,21 +245,21 @@ limits:
 	ctx := context.Background()
 	req := service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 30}
 	for i := range 6 {
-		d, h, err := e.svc.ReserveHold(ctx, req, service.HoldOptions{})
-		if err != nil || !d.Allowed || h == nil {
-			t.Fatalf("request %d with Redis down: %s, hold %v, err %v; want admitted on the local budget with a hold", i, describe(d), h, err)
+		d, err := e.svc.Reserve(ctx, "", req)
+		if err != nil || !d.Allowed || !d.Reserved {
+			t.Fatalf("request %d with Redis down: %s, err %v; want admitted on the local budget", i, describe(d), err)
 		}
 		for _, o := range d.Limits {
 			if !o.FailOpen {
 				t.Fatalf("request %d: %s decided on the store, want fail-open", i, o.Name)
 			}
 		}
-		if err := h.Settle(ctx, 10); err != nil { // 10 of the 30 reserved
-			t.Fatalf("settle %d: %v", i, err)
+		if st, err := e.svc.Settle(ctx, d.ReservationID, 10); err != nil || st != tokenlimit.Settled { // 10 of the 30 reserved
+			t.Fatalf("settle %d: %s, %v", i, st, err)
 		}
 	}
 	// 6 × 10 tokens charged locally: 40 of 100 left, all 3 slots free.
-	d, _, err := e.svc.ReserveHold(ctx, service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 40}, service.HoldOptions{})
+	d, err := e.svc.Reserve(ctx, "", service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 40})
 	if err != nil || !d.Allowed {
 		t.Fatalf("after 6 settled requests: %s, %v; want 40 tokens and a slot left", describe(d), err)
 	}
@@ -267,9 +268,9 @@ limits:
 	}
 }
 
-// Only unsettled reservations count against MaxReservations; a reserve that
-// selects no limit is admitted, as a check would be, and settles.
-func TestReservationBoundCountsUnsettledOnly(t *testing.T) {
+// A reserve that selects no limit is admitted, as a check would be, and
+// records nothing: settling it finds no reservation.
+func TestReserveOfNoLimitRecordsNothing(t *testing.T) {
 	t.Parallel()
 	const yml = `
 limits:
@@ -279,44 +280,14 @@ limits:
     capacity: 1000
     refill: 1/s
 `
-	e := newEnv(t, "memory", yml, t0, func(o *service.Options) { o.MaxReservations = 3 })
+	e := newEnv(t, "memory", yml, t0)
 	ctx := context.Background()
-	req := service.Request{Descriptors: D{"user": "u"}, Cost: 5}
-	for i := range 10 { // reserve and settle, over and over: never more than 1 held
-		id := fmt.Sprintf("settled-%d", i)
-		if d, err := e.svc.Reserve(ctx, id, req); err != nil || !d.Allowed {
-			t.Fatalf("reserve %d: %v %s", i, err, describe(d))
-		}
-		if _, err := e.svc.Settle(ctx, id, 1); err != nil {
-			t.Fatalf("settle %d: %v", i, err)
-		}
-	}
-	for i := range 3 {
-		if _, err := e.svc.Reserve(ctx, fmt.Sprintf("open-%d", i), req); err != nil {
-			t.Fatalf("unsettled reserve %d: %v", i, err)
-		}
-	}
-	if _, err := e.svc.Reserve(ctx, "one-too-many", req); !errors.Is(err, service.ErrTooManyReservations) {
-		t.Fatalf("a 4th unsettled reservation: %v, want ErrTooManyReservations", err)
-	}
-	if _, err := e.svc.Settle(ctx, "open-0", 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.svc.Reserve(ctx, "fits-again", req); err != nil {
-		t.Fatalf("after a settle: %v, want room again", err)
-	}
-	if already, err := e.svc.Settle(ctx, "open-0", 5); err != nil || !already {
-		t.Errorf("settling twice: %v %v, want already", already, err)
-	}
-	if _, err := e.svc.Settle(ctx, "open-1", 5); err != nil {
-		t.Fatal(err)
-	}
 	nothing := service.Request{Descriptors: D{"route": "/selects-nothing"}}
 	d, err := e.svc.Reserve(ctx, "no-limit", nothing)
-	if err != nil || !d.Allowed {
-		t.Fatalf("a reserve selecting no limit: %v %s, want admitted", err, describe(d))
+	if err != nil || !d.Allowed || d.Reserved {
+		t.Fatalf("a reserve selecting no limit: %v %s, want admitted with nothing reserved", err, describe(d))
 	}
-	if _, err := e.svc.Settle(ctx, "no-limit", 0); err != nil {
-		t.Errorf("settling it: %v", err)
+	if st, err := e.svc.Settle(ctx, "no-limit", 0); err != nil || st != tokenlimit.UnknownReservation {
+		t.Errorf("settling it: %s, %v; want unknown", st, err)
 	}
 }

@@ -2,11 +2,9 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -14,264 +12,202 @@ import (
 
 // Reservation errors; test with errors.Is.
 var (
-	// ErrUnknownReservation: no reservation has that id, or it expired
-	// (an expired reservation simply stands: nothing is refunded), or it was
-	// denied (nothing to settle).
-	ErrUnknownReservation = errors.New("unknown or expired reservation")
-	// ErrTooManyReservations: Options.MaxReservations are held unsettled;
-	// the reservation was not made. Settle some, or wait for them to expire.
-	ErrTooManyReservations = errors.New("too many reservations held")
+	// ErrReservationConflict: the id already holds a reservation of a
+	// different request. Nothing was charged and the first reservation is
+	// untouched.
+	ErrReservationConflict = errors.New("reservation id already holds a different request")
+	// ErrReservationClosed: the id was settled before this reserve reached
+	// the store (a reserve that arrived late, or an id reused after its
+	// settle). Nothing was charged.
+	ErrReservationClosed = errors.New("reservation id was already settled")
+	// ErrStoreUnavailable: the store is failing and the call cannot be
+	// answered without it (a settle of a reservation this process did not
+	// take on its local fail-open budget). Nothing changed; retrying is
+	// safe, since settling applies once.
+	ErrStoreUnavailable = errors.New("the rate-limit store is unavailable")
+	// ErrTooManyReservations: Options.MaxReservations settlements already
+	// wait for the store to answer again; this one was not taken. Retry.
+	ErrTooManyReservations = errors.New("too many settlements wait for the store")
 )
 
-// reservations holds the reservations of this process by id, so that a
-// retried reserve or settle never charges twice. Its lock is never held
-// across a store call: a reservation being decided is visible (and waited
-// for) by retries of the same id, and expiry is O(1) per reservation.
-type reservations struct {
-	now func() time.Time
-	ttl time.Duration
-	max int
-
-	mu        sync.Mutex
-	byID      map[string]*held
-	order     []*held // by creation, hence by expiry while the clock goes forward
-	unsettled int     // held reservations not yet settled: bounded by max
+// ReserveOptions configures ReserveWith.
+type ReserveOptions struct {
+	// ID names the reservation, at most 128 bytes; a random one when empty.
+	// A retry with the same ID and request replays the first answer and
+	// charges nothing; the same ID with another request fails with
+	// ErrReservationConflict.
+	ID string
+	// Units, when not empty, keeps only the limits counting these units:
+	// a request whose own cost is unknown (a passthrough the proxy cannot
+	// count tokens of) reserves {Requests, InFlight}.
+	Units []Unit
 }
 
-type held struct {
-	id      string
-	expires time.Time
-	ready   chan struct{} // closed once decision (or err) is set
-
-	decision Decision
-	err      error                   // the reserve failed: the id is free again
-	res      *tokenlimit.Reservation // nil when denied; on the local budget when decided while the store failed
-	checks   []check
-
-	open bool // counted in unsettled; guarded by the registry's lock
-
-	mu      sync.Mutex // serializes settlements
-	settled bool
-}
-
-func newReservations(now func() time.Time, ttl time.Duration, max int) *reservations {
-	return &reservations{now: now, ttl: ttl, max: max, byID: map[string]*held{}}
-}
-
-// claim returns the reservation registered under id, or registers a new one
-// that the caller must complete (fresh is true).
-func (rs *reservations) claim(id string) (h *held, fresh bool, err error) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.expire()
-	if h, ok := rs.byID[id]; ok {
-		return h, false, nil
-	}
-	if rs.unsettled >= rs.max {
-		return nil, false, fmt.Errorf("%w: %d, the limit of Options.MaxReservations", ErrTooManyReservations, rs.max)
-	}
-	h = &held{id: id, expires: rs.now().Add(rs.ttl), ready: make(chan struct{}), open: true}
-	rs.unsettled++
-	rs.byID[id] = h
-	rs.order = append(rs.order, h)
-	return h, true, nil
-}
-
-func (rs *reservations) lookup(id string) (*held, bool) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.expire()
-	h, ok := rs.byID[id]
-	return h, ok
-}
-
-// forget drops h (a reserve that failed or was denied: nothing is held), so
-// the id can be tried again, and lets go of what it held.
-func (rs *reservations) forget(h *held) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.byID[h.id] == h {
-		delete(rs.byID, h.id)
-	}
-	rs.close(h)
-	h.checks, h.res = nil, nil
-}
-
-// settled marks h settled: it no longer counts against the bound, and stays
-// only so that a repeated settle answers "already".
-func (rs *reservations) settled(h *held) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.close(h)
-}
-
-// close stops counting h as unsettled. The caller holds rs.mu.
-func (rs *reservations) close(h *held) {
-	if h.open {
-		h.open = false
-		rs.unsettled--
-	}
-}
-
-// expire drops the reservations past their TTL, oldest first. The caller
-// holds rs.mu.
-func (rs *reservations) expire() {
-	now := rs.now()
-	n := 0
-	for ; n < len(rs.order) && now.After(rs.order[n].expires); n++ {
-		h := rs.order[n]
-		if rs.byID[h.id] == h {
-			delete(rs.byID, h.id)
-		}
-		rs.close(h)
-		rs.order[n] = nil
-	}
-	rs.order = rs.order[n:]
-}
-
-// wait waits until h is decided, or ctx ends.
-func (h *held) wait(ctx context.Context) error {
-	select {
-	case <-h.ready:
-		return h.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Reserve checks reqs like Check and, if admitted, holds the charge under id
-// until Settle says what it really cost. An empty id gets a random one. A
-// second Reserve with the same id returns the first decision and charges
-// nothing (waiting for the first if it is still being decided).
+// Reserve checks reqs like Check and, if admitted, keeps the charges in the
+// store under id until Settle says what the request really cost; any
+// replica sharing the store can settle it. An empty id gets a random one.
+// See ReserveWith.
 func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Decision, error) {
+	return s.ReserveWith(ctx, ReserveOptions{ID: id}, reqs...)
+}
+
+// ReserveWith is Reserve with options. The reservation is recorded in the
+// store in the same atomic call that charges it, with Options.ReservationTTL:
+// a repeated reserve (same id, same request) returns the recorded decision
+// and charges nothing, even when the first reply was lost. While the store
+// fails, the reservation is taken on the local fail-open budget under the
+// same id (a fail-closed limit makes it Unavailable).
+func (s *Service) ReserveWith(ctx context.Context, o ReserveOptions, reqs ...Request) (Decision, error) {
+	start := time.Now()
+	id := o.ID
 	if id == "" {
-		id = newID()
-	} else if len(id) > 128 {
-		return Decision{}, invalid("id: at most 128 bytes, got %d", len(id))
+		id = tokenlimit.NewID()
+	} else if len(id) > tokenlimit.MaxIDLength {
+		return Decision{}, invalid("id: at most %d bytes, got %d", tokenlimit.MaxIDLength, len(id))
 	}
-	h, fresh, err := s.reserves.claim(id)
+	p, err := s.planFor(reqs, true)
 	if err != nil {
 		return Decision{}, err
 	}
-	if !fresh {
-		if err := h.wait(ctx); err != nil {
-			return Decision{}, err
-		}
-		return h.decision, nil
+	checks := p.enforced
+	if len(o.Units) > 0 {
+		checks = slices.DeleteFunc(checks, func(c check) bool { return !slices.Contains(o.Units, unitOf(c.limit)) })
 	}
-	h.err = s.decideHeld(ctx, h, reqs)
-	if h.err != nil || !h.decision.Allowed {
-		s.reserves.forget(h) // only admitted charges are held
-	}
-	close(h.ready)
-	return h.decision, h.err
-}
-
-// decideHeld reserves reqs on the store and records the outcome in h.
-func (s *Service) decideHeld(ctx context.Context, h *held, reqs []Request) error {
-	p, err := s.planFor(reqs, true)
+	d, err := s.reserveChecks(ctx, id, checks)
 	if err != nil {
-		return err
-	}
-	h.checks = p.enforced
-	h.decision, h.res, err = s.reserveChecks(ctx, p.enforced, h.id, time.Now())
-	return err
-}
-
-// reserveChecks charges checks as estimates, all or nothing, on the store
-// or, while it fails, on the local fail-open budget, and returns the
-// decision (with id) and the reservation to settle: nil when denied, when
-// unavailable, or when there is nothing to charge (admitted, as by Check).
-// start is when the caller began, for the latency metric.
-func (s *Service) reserveChecks(ctx context.Context, checks []check, id string, start time.Time) (Decision, *tokenlimit.Reservation, error) {
-	if len(checks) == 0 {
-		return Decision{Allowed: true, At: s.opts.Clock(), ReservationID: id}, nil, nil
-	}
-	td, res, failed, err := s.callStore(ctx, checks, true)
-	var d Decision
-	switch {
-	case errors.Is(err, tokenlimit.ErrStoreFull):
-		d = s.keySpaceFull(checks, "store", err)
-	case err != nil:
-		return Decision{}, nil, err
-	case failed:
-		d, res = s.failoverReserve(checks, true)
-	default:
-		d = Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(checks, td.Results, false)}
+		return Decision{}, err
 	}
 	d.ReservationID = id
 	s.metrics.observe(d, time.Since(start))
-	return d, res, nil
+	return d, nil
 }
 
-// settleChecks settles res, reserved for checks, at the request's real cost
-// actual and spend: each limit's cost of them as in Check, 0 for a
-// concurrency slot (released), within the store timeout when the store is
-// remote. A nil spend keeps what limits in usd were charged.
-func (s *Service) settleChecks(ctx context.Context, res *tokenlimit.Reservation, checks []check, actual int64, spend *int64) error {
-	actuals := make([]int64, len(checks))
+// reserveRequest is the store's request for reserving checks under id.
+func (s *Service) reserveRequest(id string, checks []check) tokenlimit.ReserveRequest {
+	rules := make([]tokenlimit.SettleRule, len(checks))
 	for i, c := range checks {
-		switch {
-		case c.limit.Concurrency:
-		case c.limit.Cost.Spend && spend == nil:
-			actuals[i] = c.item.Cost
-		case c.limit.Cost.Spend:
-			actuals[i] = *spend
-		default:
-			actuals[i] = c.limit.Cost.Of(c.descriptors, actual, 0)
-		}
+		rules[i] = settleRule(c.limit)
 	}
-	if s.store.Remote {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
-		defer cancel()
+	return tokenlimit.ReserveRequest{ID: id, Items: items(checks), Rules: rules, TTL: s.opts.ReservationTTL}
+}
+
+// reserveChecks reserves checks under id on the store or, while it fails,
+// on the local fail-open budget.
+func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) (Decision, error) {
+	if len(checks) == 0 {
+		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
 	}
-	err := res.SettleEach(ctx, actuals)
-	s.overLimit.forget(checks) // a refund may have reopened the budgets
-	return err
+	req := s.reserveRequest(id, checks)
+	var res *tokenlimit.Reservation
+	failed, err := s.call(ctx, opReserve, func(ctx context.Context) error {
+		var err error
+		res, err = s.limiter.ReserveWith(ctx, req)
+		return err
+	})
+	switch {
+	case errors.Is(err, tokenlimit.ErrStoreFull):
+		return s.keySpaceFull(checks, "store", err), nil
+	case err != nil:
+		return Decision{}, err
+	case failed:
+		return s.failoverReserve(checks, req), nil
+	}
+	return reservationDecision(checks, res, false)
+}
+
+// reservationDecision turns a reservation into the service's answer.
+func reservationDecision(checks []check, res *tokenlimit.Reservation, failOpen bool) (Decision, error) {
+	switch res.Status() {
+	case tokenlimit.Conflict:
+		return Decision{}, fmt.Errorf("reservation %q: %w", res.ID(), ErrReservationConflict)
+	case tokenlimit.Closed:
+		return Decision{}, fmt.Errorf("reservation %q: %w", res.ID(), ErrReservationClosed)
+	}
+	td := res.Decision()
+	return Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(checks, td.Results, failOpen),
+		Reserved: res.OK(), Replayed: res.Status() == tokenlimit.Replayed}, nil
 }
 
 // Settle tells what reservation id really cost: actual is the request's own
 // cost (such as the LLM tokens used), turned into each limit's cost as in
-// Check. The difference is refunded or charged atomically. Settling twice is
-// harmless: the second call changes nothing and reports already=true.
-func (s *Service) Settle(ctx context.Context, id string, actual int64) (already bool, err error) {
-	if actual < 0 || actual > tokenlimit.MaxCost {
-		return false, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
-	}
-	h, ok := s.reserves.lookup(id)
-	if !ok {
-		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation)
-	}
-	if err := h.wait(ctx); err != nil {
-		if ctx.Err() != nil {
-			return false, err
-		}
-		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation) // its reserve failed
-	}
-	if !h.decision.Allowed { // denied while this settle waited: nothing is held
-		return false, fmt.Errorf("reservation %q: %w", id, ErrUnknownReservation)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case h.settled:
-		return true, nil
-	case h.res == nil: // admitted with no limit to charge
-		h.settled = true
-		s.reserves.settled(h)
-		return false, nil
-	}
-	if err := s.settleChecks(ctx, h.res, h.checks, actual, nil); err != nil {
-		return false, err
-	}
-	h.settled = true
-	s.reserves.settled(h)
-	return false, nil
+// Check: a token limit is set to actual, a per-request cost stays, a
+// concurrency slot is released; the differences are applied atomically. It
+// goes through the store's breaker and timeout like every call.
+//
+// It answers tokenlimit.Settled, tokenlimit.AlreadySettled (an earlier
+// settle of id was applied; this one changed nothing), or
+// tokenlimit.UnknownReservation (never reserved, denied, or expired: an
+// unexpired estimate simply stands). A reservation taken on the local
+// fail-open budget is settled there, and the store is told when it answers
+// again (see docs/operations.md). When the store fails and the reservation
+// is not local, it fails with ErrStoreUnavailable: retry, it applies once.
+func (s *Service) Settle(ctx context.Context, id string, actual int64) (tokenlimit.SettleStatus, error) {
+	return s.settle(ctx, id, actual, nil)
 }
 
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
+// settle is Settle with a spend for limits in usd (nil keeps their charge).
+func (s *Service) settle(ctx context.Context, id string, actual int64, spend *int64) (tokenlimit.SettleStatus, error) {
+	switch {
+	case id == "":
+		return 0, invalid("id: required")
+	case len(id) > tokenlimit.MaxIDLength:
+		return 0, invalid("id: at most %d bytes, got %d", tokenlimit.MaxIDLength, len(id))
+	case actual < 0 || actual > tokenlimit.MaxCost:
+		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
+	}
+	req := tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend}
+	st, failed, err := s.settleRemote(ctx, req)
+	switch {
+	case err != nil:
+		return 0, err
+	case failed:
+		return s.settleLocalLater(req)
+	}
+	if st == tokenlimit.Settled {
+		// A refund may have reopened budgets whose denials this process
+		// caches; which ones the record knows, not this process.
+		s.overLimit.forgetAll()
+	}
+	if !s.localStore.Holds(id, s.opts.Clock()) {
+		return st, nil
+	}
+	if st == tokenlimit.UnknownReservation {
+		// Taken on the local budget while the store failed, and the store
+		// never got it (it now holds a tombstone, so a late copy charges
+		// nothing): settle it here.
+		return s.local.SettleWith(context.Background(), req)
+	}
+	// The reserve reached the store after all (its reply was late) and is
+	// settled there: the local copy counted it twice.
+	if _, err := s.local.Cancel(context.Background(), id); err != nil {
+		s.log.Error("cancelling a local fail-open reservation failed", "error", err)
+	}
+	return st, nil
+}
+
+// settleRemote settles on the store through the breaker and timeout.
+func (s *Service) settleRemote(ctx context.Context, req tokenlimit.SettleRequest) (st tokenlimit.SettleStatus, failed bool, err error) {
+	failed, err = s.call(ctx, opSettle, func(ctx context.Context) error {
+		var err error
+		st, err = s.limiter.SettleWith(ctx, req)
+		return err
+	})
+	return st, failed, err
+}
+
+// settleLocalLater answers a settle while the store fails: a reservation
+// held on the local budget is settled there, and the settlement is queued
+// for the store (see reconciler); any other fails with ErrStoreUnavailable.
+func (s *Service) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	if !s.localStore.Holds(req.ID, s.opts.Clock()) {
+		st, err := s.local.SettleWith(context.Background(), req)
+		if err == nil && st == tokenlimit.AlreadySettled {
+			return st, nil // settled here before; its settlement is queued
+		}
+		return 0, fmt.Errorf("settle %q: %w", req.ID, ErrStoreUnavailable)
+	}
+	if err := s.pending.add(req, s.opts.Clock().Add(s.opts.ReservationTTL)); err != nil {
+		return 0, err
+	}
+	return s.local.SettleWith(context.Background(), req)
 }

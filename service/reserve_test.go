@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -56,11 +57,11 @@ limits:
 		}
 		settle := func(id string, actual int64) bool {
 			t.Helper()
-			already, err := e.svc.Settle(ctx, id, actual)
-			if err != nil {
-				t.Fatalf("Settle(%q, %d): %v", id, actual, err)
+			st, err := e.svc.Settle(ctx, id, actual)
+			if err != nil || st == tokenlimit.UnknownReservation {
+				t.Fatalf("Settle(%q, %d): %s, %v", id, actual, st, err)
 			}
-			return already
+			return st == tokenlimit.AlreadySettled
 		}
 
 		// Reserve the estimate; a retried Reserve with the same id charges
@@ -70,7 +71,7 @@ limits:
 			t.Fatalf("Reserve(r1, 100) = %s id %q", describe(d), d.ReservationID)
 		}
 		expect("reserved 100", [3]int64{900, 99, 996})
-		if again := reserve("r1", 100); again.ReservationID != "r1" || !again.Allowed || describe(again) != describe(d) {
+		if again := reserve("r1", 100); again.ReservationID != "r1" || !again.Allowed || !again.Replayed || describe(again) != describe(d) {
 			t.Errorf("retried Reserve(r1) = %s, want the first decision %s", describe(again), describe(d))
 		}
 		expect("retried reserve", [3]int64{900, 99, 996})
@@ -103,11 +104,12 @@ limits:
 		// A reservation not settled within its TTL simply stands.
 		reserve("r3", 50)
 		e.clock.Advance(10*time.Minute + time.Millisecond)
-		if _, err := e.svc.Settle(ctx, "r3", 0); !errors.Is(err, service.ErrUnknownReservation) {
-			t.Fatalf("Settle after the TTL: %v, want ErrUnknownReservation", err)
+		if st, err := e.svc.Settle(ctx, "r3", 0); err != nil || st != tokenlimit.UnknownReservation {
+			t.Fatalf("Settle after the TTL: %s, %v; want unknown reservation", st, err)
 		}
 		expect("expired reservation", [3]int64{660, 95, 980})
-		// Its id is free again.
+		// Its id is free again once the tombstone that settle left expires.
+		e.clock.Advance(10*time.Minute + time.Millisecond)
 		if d := reserve("r3", 10); !d.Allowed {
 			t.Fatalf("Reserve(r3) after expiry: %s", describe(d))
 		}
@@ -119,22 +121,31 @@ limits:
 		if d := reserve("r4", 5000); d.Allowed {
 			t.Fatalf("Reserve(r4, 5000) = %s, want denied", describe(d))
 		}
-		if already, err := e.svc.Settle(ctx, "r4", 10); !errors.Is(err, service.ErrUnknownReservation) || already {
-			t.Errorf("Settle of a denied reservation = %v, %v; want ErrUnknownReservation", already, err)
+		if st, err := e.svc.Settle(ctx, "r4", 10); err != nil || st != tokenlimit.UnknownReservation {
+			t.Errorf("Settle of a denied reservation = %s, %v; want unknown reservation", st, err)
 		}
 		expect("denied reservation", [3]int64{650, 94, 976})
 
 		// Errors.
-		if _, err := e.svc.Settle(ctx, "no-such-id", 1); !errors.Is(err, service.ErrUnknownReservation) || !strings.Contains(err.Error(), "no-such-id") {
-			t.Errorf("Settle(no-such-id): %v, want ErrUnknownReservation naming the id", err)
+		if st, err := e.svc.Settle(ctx, "no-such-id", 1); err != nil || st != tokenlimit.UnknownReservation {
+			t.Errorf("Settle(no-such-id): %s, %v; want unknown reservation", st, err)
 		}
+		// The same id with another request: a conflict that charges nothing.
+		reserve("r5", 10)
+		if _, err := e.svc.Reserve(ctx, "r5", req(11)); !errors.Is(err, service.ErrReservationConflict) || !strings.Contains(err.Error(), "r5") {
+			t.Errorf("Reserve(r5) with another cost: %v, want ErrReservationConflict naming the id", err)
+		}
+		if _, err := e.svc.Reserve(ctx, "r5", service.Request{Descriptors: D{"user": "v", "model": "big"}, Cost: 10}); !errors.Is(err, service.ErrReservationConflict) {
+			t.Errorf("Reserve(r5) for another user: %v, want ErrReservationConflict", err)
+		}
+		settle("r5", 10)
 		if _, err := e.svc.Settle(ctx, "r3", -1); !errors.Is(err, service.ErrInvalidRequest) || !strings.Contains(err.Error(), "actual") {
 			t.Errorf("Settle(r3, -1): %v, want ErrInvalidRequest naming actual", err)
 		}
 		if _, err := e.svc.Reserve(ctx, strings.Repeat("i", 129), req(1)); !errors.Is(err, service.ErrInvalidRequest) || !strings.Contains(err.Error(), "id") {
 			t.Errorf("Reserve with a 129-byte id: %v, want ErrInvalidRequest naming id", err)
 		}
-		expect("errors", [3]int64{650, 94, 976})
+		expect("errors", [3]int64{640, 93, 972})
 	})
 }
 
@@ -173,8 +184,8 @@ limits:
 		var already [8]bool
 		for i := range 8 {
 			go func() {
-				var err error
-				already[i], err = e.svc.Settle(ctx, "same", 40)
+				st, err := e.svc.Settle(ctx, "same", 40)
+				already[i] = st == tokenlimit.AlreadySettled
 				errs <- err
 			}()
 		}

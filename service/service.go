@@ -45,16 +45,17 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxDescriptorLength caps each descriptor value, in bytes. Default 256.
 	MaxDescriptorLength int
-	// ReservationTTL is how long an unsettled reservation can still be
-	// settled; after it the reservation simply stands. Default 10 minutes.
+	// ReservationTTL is how long a reservation is recorded in the store:
+	// until then it can be settled (and a retried reserve replays); after
+	// it an unsettled estimate simply stands. Default 10 minutes.
 	ReservationTTL time.Duration
 	// LocalMaxKeys bounds the keys of the local fail-open budgets used
 	// while a remote store fails; a request that needs one more is denied
 	// (Decision.KeySpaceFull). Default 100,000.
 	LocalMaxKeys int
-	// MaxReservations bounds the admitted reservations held by id awaiting
-	// Settle; past it Reserve fails with ErrTooManyReservations. Default
-	// 100,000.
+	// MaxReservations bounds the settlements of local fail-open
+	// reservations waiting for the store to answer again; past it Settle
+	// fails with ErrTooManyReservations. Default 100,000.
 	MaxReservations int
 }
 
@@ -64,14 +65,14 @@ type Service struct {
 	store      tokenlimit.StoreInfo
 	limiter    *tokenlimit.Limiter
 	local      *tokenlimit.Limiter // fail-open budgets while the store fails
-	localStore *memstore.Store     // local's store
+	localStore *memstore.Store     // local's store, asked whether it holds a reservation
 	breaker    *breaker.Breaker
 	metrics    *metrics
 	log        *slog.Logger
 	rules      atomic.Pointer[ruleset]
-	reserves   *reservations
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
+	pending   *reconciler
 }
 
 // New returns a service enforcing cfg.
@@ -84,18 +85,17 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	}
 	opts = withDefaults(opts)
 	s := &Service{opts: opts, store: tokenlimit.Describe(opts.Store), log: opts.Logger, overLimit: newOverLimit()}
-	var err error
-	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock)); err != nil {
-		return nil, err
-	}
 	local, err := memstore.New(memstore.Options{MaxKeys: opts.LocalMaxKeys})
 	if err != nil {
 		return nil, err
 	}
-	if s.local, err = tokenlimit.NewLimiter(local, tokenlimit.WithClock(opts.Clock)); err != nil {
+	s.localStore = local
+	if s.local, err = tokenlimit.NewLimiter(local, tokenlimit.WithClock(opts.Clock), tokenlimit.WithReservationTTL(opts.ReservationTTL)); err != nil {
 		return nil, err
 	}
-	s.localStore = local
+	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock), tokenlimit.WithReservationTTL(opts.ReservationTTL)); err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
@@ -111,7 +111,10 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := watchKeys(opts.Registerer, stores); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.reserves = newReservations(opts.Clock, opts.ReservationTTL, opts.MaxReservations)
+	s.pending = newReconciler(opts.MaxReservations)
+	if err := watchPending(opts.Registerer, s.pending); err != nil {
+		return nil, fmt.Errorf("service: metrics: %w", err)
+	}
 	s.rules.Store(compile(cfg, 1, nil))
 	return s, nil
 }
@@ -240,6 +243,9 @@ func (s *Service) Health() Health {
 			_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
 			cancel()
 			s.breaker.Done(ticket, err)
+			if err == nil {
+				s.storeAnswered()
+			}
 		}
 	}
 	st := s.breaker.State()
@@ -306,6 +312,13 @@ type Decision struct {
 	At time.Time
 	// ReservationID is set by Reserve.
 	ReservationID string
+	// Reserved reports that a reservation is recorded under ReservationID
+	// and awaits Settle: admitted, with at least one limit charged.
+	Reserved bool
+	// Replayed reports that the reservation was made by an earlier reserve
+	// of the same id and request: this decision is that one's, and nothing
+	// more was charged.
+	Replayed bool
 }
 
 // Tightest returns the enforced outcome that constrains the request most (see

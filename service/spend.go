@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
@@ -32,19 +31,11 @@ func (s *Service) PriceEntries() []string {
 
 // SettleSpend is Settle with the request's real spend too: actual is its
 // own cost and spend its price in micro-dollars, which limits in usd are
-// settled to. The same once-only rules apply.
-func (h *Hold) SettleSpend(ctx context.Context, actual, spend int64) error {
-	if h == nil {
-		return nil
-	}
-	if actual < 0 || actual > tokenlimit.MaxCost {
-		return invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
-	}
+// settled to (Settle keeps what they were charged). The same once-only
+// rules apply.
+func (s *Service) SettleSpend(ctx context.Context, id string, actual, spend int64) (tokenlimit.SettleStatus, error) {
 	if spend < 0 || spend > tokenlimit.MaxCost {
-		return invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), spend)
+		return 0, invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), spend)
 	}
-	if err := h.svc.settleChecks(ctx, h.res, h.checks, actual, &spend); err != nil {
-		return fmt.Errorf("service: settle: %w", err)
-	}
-	return nil
+	return s.settle(ctx, id, actual, &spend)
 }

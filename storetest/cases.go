@@ -10,7 +10,7 @@ import (
 // are worked out by hand from the algorithms' definitions (docs/algorithms.md).
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{fixedWindowCases(), slidingLogCases(), slidingCounterCases(), bucketCases(), gcraCases(), commonCases(), multiCases(), reservationCases()} {
+	for _, group := range [][]Case{fixedWindowCases(), slidingLogCases(), slidingCounterCases(), bucketCases(), gcraCases(), commonCases(), multiCases(), reservationCases(), reservationRecordCases()} {
 		all = append(all, group...)
 	}
 	return all
@@ -377,7 +377,7 @@ func reservationCases() []Case {
 			reserve(0, "r", 8, Ok(2, 4*s)),
 			settle(0, "r", 3),
 			at(0, 0, Ok(7, 1500*ms)),
-			{At: 0, Settle: "r", Actual: 1, WantErr: tokenlimit.ErrSettled},
+			{At: 0, Settle: "r", Actual: 1, WantSettle: tokenlimit.AlreadySettled},
 		},
 	}, {
 		Name:  "reservation/token_bucket settled up charges past the limit",
@@ -445,7 +445,7 @@ func reservationCases() []Case {
 			reserve(1*s, "r", 4, Ok(1, 4*s)),
 			settle(2*s, "r", 1),
 			at(2*s, 0, Ok(4, 3*s)),
-			{At: 2 * s, Settle: "r", Actual: 0, WantErr: tokenlimit.ErrSettled},
+			{At: 2 * s, Settle: "r", Actual: 0, WantSettle: tokenlimit.AlreadySettled},
 			at(2*s, 0, Ok(4, 3*s)),
 		},
 	}, {

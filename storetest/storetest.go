@@ -15,7 +15,6 @@ package storetest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,22 +58,32 @@ func Run(t *testing.T, open Open) {
 type Case struct {
 	Name  string
 	Limit tokenlimit.Limit // the limit of steps that name none
+	// TTL is the reservations' (and tombstones') TTL; zero means an hour.
+	TTL   time.Duration
 	Steps []Step
 }
 
 // Step is one operation at Base+At: a check of one or more probes (the
-// default), a reservation (Reserve names it) or a settlement (Settle names
-// the reservation, Actual is the real cost).
+// default), a reservation (Reserve is its id) or a settlement (Settle is
+// the id, Actual the real cost, or Cancel).
 type Step struct {
 	At      time.Duration
 	Probes  []Probe
 	Reserve string
+	Rules   []tokenlimit.SettleRule // of a reservation; none means SettleActual
 	Settle  string
 	Actual  int64
+	Cancel  bool
 	// Reset, if true, resets the case's limit's budget of key "k" (Store.Reset).
 	Reset bool
-	// WantErr, for a settlement, is the error it must match.
-	WantErr error
+	// Other runs the step on a second replica (another client of the same
+	// key space), as a gateway behind a load balancer would.
+	Other bool
+	// WantReserve is the status a reservation must get; zero means
+	// Reserved when every probe wants allowed, else Denied.
+	WantReserve tokenlimit.ReserveStatus
+	// WantSettle is the status a settlement must get; zero means Settled.
+	WantSettle tokenlimit.SettleStatus
 }
 
 // Probe is one item of a check and the result it must get.
@@ -87,22 +96,24 @@ type Probe struct {
 
 // runner applies a case's steps through a Limiter with a fake clock.
 type runner struct {
-	t            *testing.T
-	env          Env
-	c            Case
-	now          time.Time
-	store        tokenlimit.Store
-	limiter      *tokenlimit.Limiter
-	reservations map[string]*tokenlimit.Reservation
+	t       *testing.T
+	env     Env
+	c       Case
+	now     time.Time
+	store   tokenlimit.Store
+	limiter *tokenlimit.Limiter
+	other   *tokenlimit.Limiter // on a second replica, opened when a step needs it
+	// reservedAt is when each reservation id was first charged: a replay
+	// answers with that time.
+	reservedAt map[string]time.Time
 }
 
 func runCase(t *testing.T, env Env, c Case) {
-	r := &runner{t: t, env: env, c: c, store: env.Replica(), reservations: map[string]*tokenlimit.Reservation{}}
-	lim, err := tokenlimit.NewLimiter(r.store, tokenlimit.WithClock(func() time.Time { return r.now }))
-	if err != nil {
-		t.Fatal(err)
+	if c.TTL == 0 {
+		c.TTL = time.Hour
 	}
-	r.limiter = lim
+	r := &runner{t: t, env: env, c: c, store: env.Replica(), reservedAt: map[string]time.Time{}}
+	r.limiter = r.newLimiter(r.store)
 	for i, s := range c.Steps {
 		r.now = Base.Add(s.At)
 		r.step(i, s)
@@ -110,6 +121,25 @@ func runCase(t *testing.T, env Env, c Case) {
 			env.CheckKeys(t)
 		}
 	}
+}
+
+func (r *runner) newLimiter(st tokenlimit.Store) *tokenlimit.Limiter {
+	lim, err := tokenlimit.NewLimiter(st, tokenlimit.WithClock(func() time.Time { return r.now }), tokenlimit.WithReservationTTL(r.c.TTL))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return lim
+}
+
+// on returns the limiter a step runs on.
+func (r *runner) on(s Step) *tokenlimit.Limiter {
+	if !s.Other {
+		return r.limiter
+	}
+	if r.other == nil {
+		r.other = r.newLimiter(r.env.Replica())
+	}
+	return r.other
 }
 
 func (r *runner) step(i int, s Step) {
@@ -124,31 +154,80 @@ func (r *runner) step(i int, s Step) {
 		return
 	}
 	if s.Settle != "" {
-		res := r.reservations[s.Settle]
-		if res == nil {
-			t.Fatalf("%s: no reservation %q (a bug in the case)", where, s.Settle)
-		}
-		if err := res.Settle(ctx, s.Actual); !errors.Is(err, s.WantErr) {
-			t.Fatalf("%s: settle %q at %d: error %v, want %v", where, s.Settle, s.Actual, err, s.WantErr)
-		}
+		r.settle(where, s)
 		return
 	}
 	items := r.items(s.Probes)
-	var d tokenlimit.Decision
-	var err error
 	if s.Reserve != "" {
-		var res *tokenlimit.Reservation
-		d, res, err = r.limiter.Reserve(ctx, items...)
-		if res != nil {
-			r.reservations[s.Reserve] = res
-		}
-	} else {
-		d, err = r.limiter.Check(ctx, items...)
+		r.reserve(where, s, items)
+		return
 	}
+	d, err := r.on(s).Check(ctx, items...)
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	r.compare(where, items, s.Probes, d)
+	r.compare(where, items, s.Probes, d, r.now)
+}
+
+func (r *runner) reserve(where string, s Step, items []tokenlimit.Item) {
+	t := r.t
+	t.Helper()
+	res, err := r.on(s).ReserveWith(context.Background(), tokenlimit.ReserveRequest{ID: s.Reserve, Items: items, Rules: s.Rules})
+	if err != nil {
+		t.Fatalf("%s: reserve %q: %v", where, s.Reserve, err)
+	}
+	want := s.WantReserve
+	if want == 0 {
+		want = tokenlimit.Denied
+		if allWant(s.Probes) {
+			want = tokenlimit.Reserved
+		}
+	}
+	if res.Status() != want {
+		t.Errorf("%s: reserve %q: status %s, want %s", where, s.Reserve, res.Status(), want)
+	}
+	if res.OK() != want.Admitted() {
+		t.Errorf("%s: reserve %q: OK() = %v with status %s", where, s.Reserve, res.OK(), res.Status())
+	}
+	wantAt := r.now
+	switch res.Status() {
+	case tokenlimit.Reserved:
+		r.reservedAt[s.Reserve] = r.now
+	case tokenlimit.Replayed:
+		wantAt = r.reservedAt[s.Reserve]
+	case tokenlimit.Conflict, tokenlimit.Closed:
+		return // nothing decided: the time is the record's
+	}
+	r.compare(where, items, s.Probes, res.Decision(), wantAt)
+}
+
+func (r *runner) settle(where string, s Step) {
+	t := r.t
+	t.Helper()
+	want := s.WantSettle
+	if want == 0 {
+		want = tokenlimit.Settled
+	}
+	lim := r.on(s)
+	var st tokenlimit.SettleStatus
+	var err error
+	if s.Cancel {
+		st, err = lim.Cancel(context.Background(), s.Settle)
+	} else {
+		st, err = lim.Settle(context.Background(), s.Settle, s.Actual)
+	}
+	if err != nil || st != want {
+		t.Fatalf("%s: settle %q at %d (cancel %v): %v, %v; want %v", where, s.Settle, s.Actual, s.Cancel, st, err, want)
+	}
+}
+
+func allWant(probes []Probe) bool {
+	for _, p := range probes {
+		if !p.Want.Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *runner) items(probes []Probe) []tokenlimit.Item {
@@ -165,7 +244,7 @@ func (r *runner) items(probes []Probe) []tokenlimit.Item {
 	return items
 }
 
-func (r *runner) compare(where string, items []tokenlimit.Item, probes []Probe, d tokenlimit.Decision) {
+func (r *runner) compare(where string, items []tokenlimit.Item, probes []Probe, d tokenlimit.Decision, wantAt time.Time) {
 	t := r.t
 	t.Helper()
 	wantAll := true
@@ -180,8 +259,8 @@ func (r *runner) compare(where string, items []tokenlimit.Item, probes []Probe, 
 	if d.Allowed != wantAll {
 		t.Errorf("%s: decision allowed=%v, want %v", where, d.Allowed, wantAll)
 	}
-	if !d.At.Equal(r.now) {
-		t.Errorf("%s: decided at %s, want the caller's time %s", where, d.At, r.now)
+	if !d.At.Equal(wantAt) {
+		t.Errorf("%s: decided at %s, want %s", where, d.At, wantAt)
 	}
 }
 

@@ -169,26 +169,35 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, httpx.BadRequest("actual", "required: what the request really cost"))
 		return
 	}
-	already, err := a.svc.Settle(r.Context(), b.ID, *b.Actual)
+	st, err := a.svc.Settle(r.Context(), b.ID, *b.Actual)
 	if err != nil {
 		httpx.WriteError(w, a.serviceError(r.Context(), "settle", err, true))
+		return
+	}
+	if st == tokenlimit.UnknownReservation {
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, was denied, or expired and simply stands"})
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Settled bool `json:"settled"`
 		Already bool `json:"already"`
-	}{true, already})
+	}{true, st == tokenlimit.AlreadySettled})
 }
 
 // serviceError maps a service error to an answer: invalid input is 400
-// naming the field, an unknown reservation 404, and anything else (the store
-// failed) 503, logged. single says the client used the single-set body form.
+// naming the field, a reservation id bound to another request (or already
+// settled) 409 naming id, and anything else (the store failed) 503, logged.
+// single says the client used the single-set body form.
 func (a *api) serviceError(ctx context.Context, op string, err error, single bool) *httpx.Error {
 	switch {
 	case errors.Is(err, service.ErrTooManyReservations):
-		return &httpx.Error{Status: http.StatusServiceUnavailable, Message: "too many reservations are held unsettled; settle them or retry later"}
-	case errors.Is(err, service.ErrUnknownReservation):
-		return &httpx.Error{Status: http.StatusNotFound, Field: "id", Message: "no reservation with this id: it was never made, was denied, or expired and simply stands"}
+		return &httpx.Error{Status: http.StatusServiceUnavailable, Message: "too many settlements wait for the rate-limit store; retry later"}
+	case errors.Is(err, service.ErrStoreUnavailable):
+		return &httpx.Error{Status: http.StatusServiceUnavailable, Message: "the rate-limit store is unavailable; retry later (settling applies once)"}
+	case errors.Is(err, service.ErrReservationConflict):
+		return &httpx.Error{Status: http.StatusConflict, Field: "id", Message: "this id already holds a reservation of a different request; nothing was charged"}
+	case errors.Is(err, service.ErrReservationClosed):
+		return &httpx.Error{Status: http.StatusConflict, Field: "id", Message: "this id was already settled; nothing was charged"}
 	}
 	e, failed := httpx.ServiceError(err, single)
 	if failed {

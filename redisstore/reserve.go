@@ -1,0 +1,269 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+var _ tokenlimit.Reserver = (*Store)(nil)
+
+// RecordKey returns the Redis key of the reservation record of id on a
+// standalone or Sentinel Redis: "rl:rv:{<id>}". (On Cluster a reservation
+// has one record per slot of its items, found through a pointer in the
+// id's slot.)
+func (s *Store) RecordKey(id string) string { return s.prefix + "rv:{" + id + "}" }
+
+// slotRecordKey is the key of id's record in Redis Cluster slot slot.
+func (s *Store) slotRecordKey(slot uint16, id string) string {
+	return s.prefix + "rv:{" + slotTag(slot) + "}:" + id
+}
+
+// pointerKey is the key, in id's slot, of the pointer to the records of
+// id's reservation on Cluster.
+func (s *Store) pointerKey(id string) string { return s.prefix + "rvp:{" + id + "}" }
+
+// Reserve implements tokenlimit.Reserver in one script call that checks,
+// charges and records. On Redis Cluster it takes one call to claim the id
+// (a pointer in the id's slot) and one per slot of the items; see
+// docs/operations.md for what that guarantees.
+func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	if err := req.Validate(results); err != nil {
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: %w", err)
+	}
+	if s.cluster {
+		return s.reserveCluster(ctx, now, req, results)
+	}
+	return s.reserveAt(ctx, now, s.caller, s.RecordKey(req.ID), req.Digest(), req.TTL, req.Items, rulesOf(req), results)
+}
+
+// rulesOf returns one rule per item.
+func rulesOf(req tokenlimit.ReserveRequest) []tokenlimit.SettleRule {
+	rules := make([]tokenlimit.SettleRule, len(req.Items))
+	for i := range rules {
+		rules[i] = req.Rule(i)
+	}
+	return rules
+}
+
+// reserveAt runs reserve.lua: items (sharing a slot on Cluster) checked,
+// charged and recorded at record.
+func (s *Store) reserveAt(ctx context.Context, now time.Time, callerTime bool, record, digest string, ttl time.Duration,
+	items []tokenlimit.Item, rules []tokenlimit.SettleRule, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	keys := make([]string, 1, len(items)+2)
+	keys[0] = record
+	args := s.headerAt(now, callerTime, 2+6*len(items))
+	args = append(args, digest, strconv.FormatInt(ttl.Microseconds(), 10))
+	for _, it := range items {
+		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
+		args = appendParams(args, it.Limit, it.Cost)
+	}
+	for _, rule := range rules {
+		args = append(args, strconv.Itoa(int(rule)))
+	}
+	reply, err := s.runIdempotent(ctx, s.reserve, keys, args)
+	if err != nil {
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: %w", err)
+	}
+	if len(reply) < 2 {
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply has %d values, want at least 2", len(reply))
+	}
+	out := tokenlimit.ReserveOutcome{Status: tokenlimit.ReserveStatus(reply[1]), At: time.UnixMicro(reply[0])}
+	switch out.Status {
+	case tokenlimit.Conflict, tokenlimit.Closed:
+		tokenlimit.NoCharge(items, results)
+		return out, nil
+	case tokenlimit.Reserved, tokenlimit.Replayed, tokenlimit.Denied:
+	default:
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: unknown status %d", reply[1])
+	}
+	if len(reply) != 2+5*len(items) {
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply has %d values, want %d", len(reply), 2+5*len(items))
+	}
+	for i, it := range items {
+		results[i] = toResult(it.Limit, reply[2+5*i:7+5*i])
+	}
+	return out, nil
+}
+
+// Settle implements tokenlimit.Reserver in one script call that reads the
+// record, applies the differences and marks it settled. On Redis Cluster it
+// takes one call to read the pointer and one per slot of the items.
+func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	if err := req.Validate(); err != nil {
+		return 0, fmt.Errorf("redisstore: %w", err)
+	}
+	if s.cluster {
+		return s.settleCluster(ctx, now, req)
+	}
+	return s.settleAt(ctx, now, s.RecordKey(req.ID), req, false)
+}
+
+// settleAt runs settle.lua on record; forget deletes it once refunded.
+func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req tokenlimit.SettleRequest, forget bool) (tokenlimit.SettleStatus, error) {
+	spend := ""
+	if req.Spend != nil {
+		spend = strconv.FormatInt(*req.Spend, 10)
+	}
+	args := append(s.header(now, 5), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
+		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend)
+	reply, err := s.runIdempotent(ctx, s.settle, []string{record}, args)
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: settle: %w", err)
+	}
+	if len(reply) != 2 || reply[1] < int64(tokenlimit.Settled) || reply[1] > int64(tokenlimit.UnknownReservation) {
+		return 0, fmt.Errorf("redisstore: settle: unexpected reply %v", reply)
+	}
+	return tokenlimit.SettleStatus(reply[1]), nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// reserveCluster reserves on Redis Cluster: a pointer in the id's slot
+// binds the id to the request and lists the slots of its records, then each
+// slot's items are reserved (checked, charged, recorded) in one call each,
+// all at the first slot's time. When a later slot denies or fails, the
+// slots this call charged are refunded and their records deleted, and so is
+// the pointer if this call made it, so that nothing stays charged and the
+// id may be tried again.
+func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	groups := s.slotGroups(req.Items)
+	slots := make([]int64, len(groups))
+	for g, group := range groups {
+		it := req.Items[group[0]]
+		slots[g] = int64(keySlot(s.Key(it.Key, it.Limit.Algorithm)))
+	}
+	digest, rules := req.Digest(), rulesOf(req)
+	claim, err := s.pointer(ctx, now, req.ID, "claim", digest, req.TTL, slots)
+	if err != nil {
+		return tokenlimit.ReserveOutcome{}, err
+	}
+	switch st := tokenlimit.ReserveStatus(claim[0]); st {
+	case tokenlimit.Conflict, tokenlimit.Closed:
+		tokenlimit.NoCharge(req.Items, results)
+		return tokenlimit.ReserveOutcome{Status: st, At: now}, nil
+	}
+	u := undoer{s: s, ctx: ctx, now: now, id: req.ID, ttl: req.TTL, fresh: claim[0] == int64(tokenlimit.Reserved)}
+	out := tokenlimit.ReserveOutcome{Status: tokenlimit.Replayed}
+	at, callerTime := now, s.caller
+	for g, group := range groups {
+		part, partResults := pick(req.Items, group)
+		partRules := make([]tokenlimit.SettleRule, len(group))
+		for j, i := range group {
+			partRules[j] = rules[i]
+		}
+		o, err := s.reserveAt(ctx, at, callerTime, s.slotRecordKey(uint16(slots[g]), req.ID), digest, req.TTL, part, partRules, partResults)
+		if err != nil {
+			return tokenlimit.ReserveOutcome{}, u.undo(err)
+		}
+		for j, i := range group {
+			results[i] = partResults[j]
+		}
+		switch o.Status {
+		case tokenlimit.Reserved, tokenlimit.Replayed:
+			if g == 0 {
+				out.At = o.At
+			}
+			if o.Status == tokenlimit.Reserved {
+				out.Status = tokenlimit.Reserved
+				u.charged = append(u.charged, uint16(slots[g]))
+			}
+			at, callerTime = out.At, true
+		case tokenlimit.Denied:
+			if err := u.undo(nil); err != nil {
+				return tokenlimit.ReserveOutcome{}, err
+			}
+			return tokenlimit.ReserveOutcome{Status: tokenlimit.Denied, At: o.At}, s.peekUncharged(ctx, o.At, req.Items, results, groups, g)
+		default: // settled (Closed) meanwhile, or a conflict that the pointer did not see
+			if err := u.undo(nil); err != nil {
+				return tokenlimit.ReserveOutcome{}, err
+			}
+			tokenlimit.NoCharge(req.Items, results)
+			return o, nil
+		}
+	}
+	return out, nil
+}
+
+// undoer takes back a partial Cluster reservation, on a context detached
+// from the caller's (whose deadline may be what failed) with the store's
+// refund timeout.
+type undoer struct {
+	s       *Store
+	ctx     context.Context
+	now     time.Time
+	id      string
+	ttl     time.Duration
+	fresh   bool     // this call made the pointer
+	charged []uint16 // slots this call charged
+}
+
+func (u *undoer) undo(cause error) error {
+	ctx, cancel := u.s.detached(u.ctx)
+	defer cancel()
+	var err error
+	for _, slot := range u.charged {
+		if _, err = u.s.settleAt(ctx, u.now, u.s.slotRecordKey(slot, u.id), tokenlimit.SettleRequest{ID: u.id, Cancel: true, TTL: u.ttl}, true); err != nil {
+			break
+		}
+	}
+	if err == nil && u.fresh {
+		if _, err = u.s.run(ctx, u.s.reset, []string{u.s.pointerKey(u.id)}, nil); err != nil {
+			err = fmt.Errorf("redisstore: reserve: deleting the pointer: %w", err)
+		}
+	}
+	switch {
+	case err != nil && cause != nil:
+		return fmt.Errorf("%w (and undoing the slots already reserved failed: %v)", cause, err)
+	case err != nil:
+		return fmt.Errorf("redisstore: reserve: undoing the slots already reserved: %w", err)
+	}
+	return cause
+}
+
+// settleCluster settles on Redis Cluster: the pointer names the slots of
+// the records (or becomes a tombstone), then each slot's record is settled
+// in one call. A failure part way leaves the settled slots settled; a
+// retry settles the rest and finds those already settled.
+func (s *Store) settleCluster(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	reply, err := s.pointer(ctx, now, req.ID, "settle", "", req.TTL, nil)
+	if err != nil {
+		return 0, err
+	}
+	if reply[0] != int64(tokenlimit.Settled) {
+		return tokenlimit.UnknownReservation, nil
+	}
+	status := tokenlimit.UnknownReservation
+	for _, slot := range reply[1:] {
+		st, err := s.settleAt(ctx, now, s.slotRecordKey(uint16(slot), req.ID), req, false)
+		if err != nil {
+			return 0, err
+		}
+		status = min(status, st) // Settled before AlreadySettled before UnknownReservation
+	}
+	return status, nil
+}
+
+// pointer runs claim.lua on id's pointer.
+func (s *Store) pointer(ctx context.Context, now time.Time, id, op, digest string, ttl time.Duration, slots []int64) ([]int64, error) {
+	args := append(s.header(now, 3+len(slots)), op, digest, strconv.FormatInt(ttl.Microseconds(), 10))
+	for _, slot := range slots {
+		args = append(args, strconv.FormatInt(slot, 10))
+	}
+	reply, err := s.runIdempotent(ctx, s.claim, []string{s.pointerKey(id)}, args)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: reservation pointer: %w", err)
+	}
+	if len(reply) == 0 {
+		return nil, fmt.Errorf("redisstore: reservation pointer: empty reply")
+	}
+	return reply, nil
+}

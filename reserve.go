@@ -1,0 +1,297 @@
+package tokenlimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// MaxIDLength is the longest reservation id a store accepts, in bytes.
+const MaxIDLength = 128
+
+// SettleRule says what a reserved item costs once the request's real cost
+// is known. The zero value is SettleActual.
+type SettleRule uint8
+
+// The rules.
+const (
+	// SettleActual: the item costs the request's actual cost (a token
+	// budget charged an estimate).
+	SettleActual SettleRule = iota
+	// SettleKeep: the item keeps what it was charged (a per-request cost).
+	SettleKeep
+	// SettleRelease: the item costs nothing once settled (a slot of a
+	// concurrency limit, given back when the request ends).
+	SettleRelease
+	// SettleSpend: the item costs the request's spend (a second measure
+	// of it, such as its price in micro-dollars), or keeps its charge when
+	// the settlement gives no spend.
+	SettleSpend
+)
+
+// ReserveRequest is a reservation to record in a store: an all-or-nothing
+// check of Items whose charges are kept under ID until they are settled.
+type ReserveRequest struct {
+	// ID names the reservation, 1..MaxIDLength bytes. The same ID with the
+	// same request (same items, costs and rules) replays the first answer
+	// and charges nothing; with a different request it is a Conflict.
+	ID string
+	// Items are checked and charged as in Store.Check.
+	Items []Item
+	// Rules holds one SettleRule per item, or is empty for SettleActual on
+	// every item.
+	Rules []SettleRule
+	// TTL is how long the record is kept, 1ms..MaxPeriod: until then the
+	// reservation can be settled, and a retry of it replays; after it an
+	// unsettled estimate simply stands.
+	TTL time.Duration
+}
+
+// Rule returns item i's settle rule.
+func (r ReserveRequest) Rule(i int) SettleRule {
+	if len(r.Rules) == 0 {
+		return SettleActual
+	}
+	return r.Rules[i]
+}
+
+// Validate reports whether the request can be reserved with results (one
+// per item); its error is a *FieldError naming the field.
+func (r ReserveRequest) Validate(results []Result) error {
+	if err := validateID(r.ID); err != nil {
+		return err
+	}
+	if err := validateTTL(r.TTL); err != nil {
+		return err
+	}
+	if len(r.Rules) != 0 && len(r.Rules) != len(r.Items) {
+		return fieldErr("rules", "need one rule per item or none: %d items, %d rules", len(r.Items), len(r.Rules))
+	}
+	for i, rule := range r.Rules {
+		if rule > SettleSpend {
+			return fieldErr("rules["+strconv.Itoa(i)+"]", "unknown settle rule %d", rule)
+		}
+	}
+	return ValidateItems(r.Items, results)
+}
+
+func validateID(id string) error {
+	switch {
+	case id == "":
+		return fieldErr("id", "must not be empty")
+	case len(id) > MaxIDLength:
+		return fieldErr("id", "must be at most %d bytes, got %d", MaxIDLength, len(id))
+	}
+	return nil
+}
+
+func validateTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond || ttl > MaxPeriod {
+		return fieldErr("ttl", "must be between 1ms and %s, got %s", MaxPeriod, ttl)
+	}
+	return nil
+}
+
+// Digest identifies the request a reservation was made for: a SHA-256 over
+// a length-prefixed encoding of every item's key, algorithm, parameters and
+// cost and every rule, in order, as 32 hex digits (its first 128 bits). Two
+// requests have the same digest only if they reserve the same thing.
+func (r ReserveRequest) Digest() string {
+	h := sha256.New()
+	var buf [8]byte
+	num := func(v int64) {
+		binary.BigEndian.PutUint64(buf[:], uint64(v))
+		h.Write(buf[:])
+	}
+	num(int64(len(r.Items)))
+	for i, it := range r.Items {
+		num(int64(len(it.Key)))
+		h.Write([]byte(it.Key))
+		l := it.Limit
+		num(int64(l.Algorithm))
+		num(l.Quota)
+		num(int64(l.Period))
+		num(int64(l.Offset))
+		num(l.Burst)
+		num(it.Cost)
+		num(int64(r.Rule(i)))
+	}
+	sum := h.Sum(nil)
+	return hex.EncodeToString(sum[:16])
+}
+
+// ReserveStatus is what a store did with a ReserveRequest.
+type ReserveStatus uint8
+
+// The statuses.
+const (
+	// Reserved: every item admitted the request; its costs are charged and
+	// recorded under the id.
+	Reserved ReserveStatus = iota + 1
+	// Denied: some item denied; nothing is charged and nothing recorded, so
+	// the id may be tried again.
+	Denied
+	// Replayed: the id holds a reservation of this same request (a retry,
+	// perhaps after a lost reply): the results and time are the recorded
+	// ones, and nothing more is charged.
+	Replayed
+	// Conflict: the id holds a reservation of a different request. Nothing
+	// is charged and the first reservation is untouched.
+	Conflict
+	// Closed: the id was settled before this reserve reached the store (a
+	// reserve that arrived late): nothing is charged.
+	Closed
+)
+
+// String returns "reserved", "denied", "replayed", "conflict" or "closed".
+func (s ReserveStatus) String() string {
+	switch s {
+	case Reserved:
+		return "reserved"
+	case Denied:
+		return "denied"
+	case Replayed:
+		return "replayed"
+	case Conflict:
+		return "conflict"
+	case Closed:
+		return "closed"
+	}
+	return "ReserveStatus(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Admitted reports whether the reservation holds a charge: Reserved or
+// Replayed.
+func (s ReserveStatus) Admitted() bool { return s == Reserved || s == Replayed }
+
+// ReserveOutcome is a store's answer to a ReserveRequest.
+type ReserveOutcome struct {
+	Status ReserveStatus
+	// At is when the charge was decided: the recorded time for Replayed,
+	// otherwise the time of this call (the Redis server's clock in
+	// server-time mode). Adjustments of the charge refer to it.
+	At time.Time
+}
+
+// SettleRequest settles a reservation by id.
+type SettleRequest struct {
+	// ID is the reservation's id.
+	ID string
+	// Actual is the request's real cost, 0..MaxCost: an item under
+	// SettleActual is set to it, one under SettleKeep keeps its charge, one
+	// under SettleRelease is refunded. Ignored when Cancel is set.
+	Actual int64
+	// Spend, if not nil, is the request's real spend, 0..MaxCost, which
+	// items under SettleSpend are set to; nil keeps their charge.
+	Spend *int64
+	// Cancel refunds every item's whole charge, whatever its rule: the
+	// request never happened.
+	Cancel bool
+	// TTL is how long a settle that finds no reservation keeps a tombstone
+	// under ID, so that a reserve of that id arriving later charges nothing
+	// (Closed); 1ms..MaxPeriod, normally the reservations' TTL.
+	TTL time.Duration
+}
+
+// Validate reports whether the settlement can be applied; its error is a
+// *FieldError naming the field.
+func (r SettleRequest) Validate() error {
+	if err := validateID(r.ID); err != nil {
+		return err
+	}
+	if err := validateTTL(r.TTL); err != nil {
+		return err
+	}
+	if r.Actual < 0 || r.Actual > MaxCost {
+		return fieldErr("actual", "must be between 0 and %d, got %d", int64(MaxCost), r.Actual)
+	}
+	if r.Spend != nil && (*r.Spend < 0 || *r.Spend > MaxCost) {
+		return fieldErr("spend", "must be between 0 and %d, got %d", int64(MaxCost), *r.Spend)
+	}
+	return nil
+}
+
+// Settled returns what item, charged cost under rule, costs once settled.
+func (r SettleRequest) Settled(rule SettleRule, cost int64) int64 {
+	switch {
+	case r.Cancel || rule == SettleRelease:
+		return 0
+	case rule == SettleKeep, rule == SettleSpend && r.Spend == nil:
+		return cost
+	case rule == SettleSpend:
+		return *r.Spend
+	}
+	return r.Actual
+}
+
+// SettleDelta is the adjustment that settling a charge of cost under limit
+// applies: settled - cost, within what one adjustment of that limit may
+// carry (a bucket's ±MaxBucketSpan/num, see Adjustment.Validate), so that
+// a settlement is never refused for its size.
+func SettleDelta(limit Limit, cost, settled int64) int64 {
+	delta := settled - cost
+	if limit.bucketed() {
+		num, _ := limit.Interval()
+		bound := MaxBucketSpan / num
+		delta = max(-bound, min(bound, delta))
+	}
+	return delta
+}
+
+// SettleStatus is what a store did with a SettleRequest.
+type SettleStatus uint8
+
+// The statuses.
+const (
+	// Settled: the differences were applied; the record is kept, settled,
+	// until its TTL.
+	Settled SettleStatus = iota + 1
+	// AlreadySettled: an earlier settle (or cancel) of the id was applied;
+	// this one changed nothing.
+	AlreadySettled
+	// UnknownReservation: nothing is reserved under the id (never
+	// reserved, denied, or expired, when an unsettled estimate simply
+	// stands). Nothing changed but a tombstone (see SettleRequest.TTL).
+	UnknownReservation
+)
+
+// String returns "settled", "already settled" or "unknown reservation".
+func (s SettleStatus) String() string {
+	switch s {
+	case Settled:
+		return "settled"
+	case AlreadySettled:
+		return "already settled"
+	case UnknownReservation:
+		return "unknown reservation"
+	}
+	return "SettleStatus(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Reserver is the part of a Store that keeps reservations: records written
+// in the same atomic step as the charge they describe, so that any client
+// of the store can settle any reservation exactly once, and a retried or
+// late call never charges twice.
+type Reserver interface {
+	// Reserve checks req.Items at now as Check does and, if admitted,
+	// charges them and records the reservation under req.ID, atomically. It
+	// writes one Result per item into results (the recorded ones when
+	// Replayed; zero values with Limit set when Conflict or Closed).
+	// Invalid requests return an error matching ErrInvalid.
+	Reserve(ctx context.Context, now time.Time, req ReserveRequest, results []Result) (ReserveOutcome, error)
+	// Settle applies req to the reservation recorded under req.ID at now:
+	// each item's settled cost minus its charge, as an Adjustment at the
+	// recorded charge time, and marks it settled, atomically.
+	Settle(ctx context.Context, now time.Time, req SettleRequest) (SettleStatus, error)
+}
+
+// NoCharge fills results, for a reservation that charged nothing without
+// deciding (Conflict, Closed), with each item's limit and nothing else.
+func NoCharge(items []Item, results []Result) {
+	for i := range items {
+		results[i] = Result{Limit: items[i].Limit.Capacity()}
+	}
+}
