@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's one test command: installs what the tests need, then vets and
-# tests every package with the race detector. Extra arguments go to go test,
-# e.g. scripts/test.sh -run TestStore -v
+# The project's one test command: installs what the tests need, then vets,
+# runs staticcheck (pinned) and tests every package with the race detector.
+# Extra arguments go to go test, e.g. scripts/test.sh -run TestStore -v
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "==> scripts/test.sh: FAILED (see above)" >&2' ERR
@@ -71,6 +71,10 @@ echo "==> $("$gobin/grpcurl" --version 2>&1)"
 
 echo "==> go vet ./..."
 go vet ./...
+
+# staticcheck, pinned: the tree is kept clean of its findings.
+echo "==> staticcheck ./..."
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 echo "==> go test -race -count=1 ./... $*"
 go test -race -count=1 ./... "$@"

@@ -6,6 +6,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/web/sim"
 )
 
 // inspectBody is the body of /ui/api/inspect: the descriptors that select
@@ -84,24 +85,11 @@ func (d *dashboard) state(o service.Outcome, info service.LimitInfo, desc map[st
 	}
 	if l, ok := d.svc.LimitFor(o.Name, desc); ok {
 		s.Policy = l.String()
-		if level, ok := bucketLevel(l, o.Result); ok {
+		if level, ok := sim.BucketLevel(l, o.Result); ok {
 			s.Level = &level
 		}
 	}
 	return s
-}
-
-// bucketLevel is the exact number of tokens in a token bucket or GCRA
-// budget, from what the engine answered: its capacity less the tokens that
-// the time until it is full (ResetAfter) would refill.
-func bucketLevel(l tokenlimit.Limit, r tokenlimit.Result) (float64, bool) {
-	if l.Algorithm != tokenlimit.TokenBucket && l.Algorithm != tokenlimit.GCRA {
-		return 0, false
-	}
-	// In units of 1/den µs, exact: capacity×num ≤ tokenlimit.MaxBucketSpan.
-	num, den := l.Interval() // µs per token = num/den
-	left := l.Capacity()*num - r.ResetAfter.Microseconds()*den
-	return float64(min(max(left, 0), l.Capacity()*num)) / float64(num), true
 }
 
 // serviceError answers an error of the service as the API does: 400 naming

@@ -4,7 +4,8 @@
 // simulators that run the real engine in a sandbox — the sliding window and
 // the token bucket of the classic rate-limiting walkthroughs (5 per 5 s;
 // 10 tokens refilling 2 per second), the race between client-side
-// GET-then-INCR and the atomic check, and the five algorithms side by side.
+// GET-then-INCR and the atomic check, and the five algorithms side by side
+// (package web/sim).
 //
 // The page is plain HTML, CSS and JavaScript embedded with embed.FS: no
 // build step, nothing fetched from elsewhere. The JavaScript only draws what
@@ -28,6 +29,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/web/sim"
 )
 
 //go:embed assets
@@ -36,8 +38,8 @@ var assets embed.FS
 // Defaults for Options' zero values.
 const (
 	DefaultStreamInterval = time.Second
-	DefaultMaxSessions    = 1000
-	DefaultSessionIdle    = 30 * time.Minute
+	DefaultMaxSessions    = sim.DefaultMaxSessions
+	DefaultSessionIdle    = sim.DefaultSessionIdle
 	// MaxStreamDuration ends an overview stream after this long; the
 	// browser reconnects by itself. It bounds how long a stream can hold
 	// up a graceful shutdown when Options.Done is not set.
@@ -92,7 +94,7 @@ type dashboard struct {
 	admin   httpx.AdminGate
 	static  fs.FS
 	etags   map[string]string
-	sandbox *sandbox
+	sims    *sim.Simulators
 	streams atomic.Int64 // overview streams open now
 }
 
@@ -118,7 +120,9 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	d := &dashboard{
 		svc: svc, opts: opts, admin: httpx.NewAdminGate(opts.AdminToken, opts.AdminFromAnywhere),
 		static: static, etags: etags,
-		sandbox: newSandbox(opts.Clock, opts.SessionIdle, opts.MaxSessions),
+	}
+	if d.sims, err = sim.New(sim.Options{Clock: opts.Clock, MaxSessions: opts.MaxSessions, SessionIdle: opts.SessionIdle}); err != nil {
+		return nil, err
 	}
 	return d.routes(), nil
 }
@@ -155,10 +159,10 @@ func (d *dashboard) routes() http.Handler {
 		{http.MethodGet, "/ui/api/limits", d.limits},
 		{http.MethodPost, "/ui/api/inspect", d.admin.Wrap("the key inspector's endpoints", d.inspect)},
 		{http.MethodPost, "/ui/api/reset", d.admin.Wrap("the key inspector's endpoints", httpx.ResetHandler(d.svc, d.opts.Logger, maxBodyBytes))},
-		{http.MethodPost, "/ui/api/sim/window", d.simWindow},
-		{http.MethodPost, "/ui/api/sim/bucket", d.simBucket},
-		{http.MethodPost, "/ui/api/sim/race", d.simRace},
-		{http.MethodPost, "/ui/api/sim/compare", d.simCompare},
+		{http.MethodPost, "/ui/api/sim/window", d.sims.Window},
+		{http.MethodPost, "/ui/api/sim/bucket", d.sims.Bucket},
+		{http.MethodPost, "/ui/api/sim/race", d.sims.Race},
+		{http.MethodPost, "/ui/api/sim/compare", d.sims.Compare},
 	} {
 		mux.HandleFunc(e.method+" "+e.path, e.handler)
 		mux.HandleFunc(e.path, methodNotAllowed(e.method))

@@ -1,4 +1,4 @@
-package web
+package sim
 
 import (
 	"context"
@@ -70,9 +70,9 @@ const (
 	maxSimQuota  = 10_000
 )
 
-// simWindow serves POST /ui/api/sim/window: the sliding window simulator,
+// Window serves POST /ui/api/sim/window: the sliding window simulator,
 // a sliding log of Limit requests per WindowMs in the session's sandbox.
-func (d *dashboard) simWindow(w http.ResponseWriter, r *http.Request) {
+func (sm *Simulators) Window(w http.ResponseWriter, r *http.Request) {
 	b := simBody{Limit: 5, WindowMs: 5000}
 	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
 		httpx.Fail(w, err)
@@ -90,13 +90,13 @@ func (d *dashboard) simWindow(w http.ResponseWriter, r *http.Request) {
 	if b.Cost == 0 {
 		b.Cost = 1
 	}
-	d.simulate(w, r, b, tokenlimit.SlidingLogLimit(b.Limit, period), func(s *session) *simState { return &s.window })
+	sm.simulate(w, r, b, tokenlimit.SlidingLogLimit(b.Limit, period), func(s *session) *simState { return &s.window })
 }
 
-// simBucket serves POST /ui/api/sim/bucket: the token bucket simulator, a
+// Bucket serves POST /ui/api/sim/bucket: the token bucket simulator, a
 // bucket of Capacity tokens refilling Refill per PerMs, charged Cost per
 // send.
-func (d *dashboard) simBucket(w http.ResponseWriter, r *http.Request) {
+func (sm *Simulators) Bucket(w http.ResponseWriter, r *http.Request) {
 	b := simBody{Capacity: 10, Refill: 2, PerMs: 1000}
 	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
 		httpx.Fail(w, err)
@@ -116,7 +116,7 @@ func (d *dashboard) simBucket(w http.ResponseWriter, r *http.Request) {
 		httpx.Fail(w, err)
 		return
 	}
-	d.simulate(w, r, b, tokenlimit.TokenBucketLimit(b.Capacity, b.Refill, period), func(s *session) *simState { return &s.bucket })
+	sm.simulate(w, r, b, tokenlimit.TokenBucketLimit(b.Capacity, b.Refill, period), func(s *session) *simState { return &s.bucket })
 }
 
 func checkRange(field string, v, lo, hi int64) error {
@@ -135,7 +135,7 @@ func simPeriod(field string, ms int64) (time.Duration, error) {
 
 // simulate runs b's action on the simulator pick selects, under lim, in the
 // session's sandbox. A change of parameters starts the simulator afresh.
-func (d *dashboard) simulate(w http.ResponseWriter, r *http.Request, b simBody, lim tokenlimit.Limit, pick func(*session) *simState) {
+func (sm *Simulators) simulate(w http.ResponseWriter, r *http.Request, b simBody, lim tokenlimit.Limit, pick func(*session) *simState) {
 	if err := checkRange("cost", b.Cost, 0, maxSimQuota); err != nil {
 		httpx.Fail(w, err)
 		return
@@ -148,7 +148,7 @@ func (d *dashboard) simulate(w http.ResponseWriter, r *http.Request, b simBody, 
 		httpx.Fail(w, httpx.BadRequest("limit", "%v", err))
 		return
 	}
-	s, err := d.sandbox.session(b.Session)
+	s, err := sm.sandbox.session(b.Session)
 	if err != nil {
 		httpx.Fail(w, err)
 		return
@@ -212,7 +212,7 @@ func (s *session) peek(ctx context.Context, st *simState, lim tokenlimit.Limit, 
 	}
 	res := d.Results[0]
 	ans.NowMs, ans.Limit, ans.Remaining, ans.ResetAfterMs = d.At.UnixMilli(), res.Limit, res.Remaining, httpx.Millis(res.ResetAfter)
-	if level, ok := bucketLevel(lim, res); ok {
+	if level, ok := BucketLevel(lim, res); ok {
 		ans.Level = &level
 	}
 	ans.Log = append([]entry{}, st.log...)

@@ -1,4 +1,4 @@
-package web
+package sim
 
 import (
 	"context"
@@ -77,10 +77,10 @@ const (
 	compareSamples = 40
 )
 
-// simCompare serves POST /ui/api/sim/compare: the five algorithms on the
+// Compare serves POST /ui/api/sim/compare: the five algorithms on the
 // same requests, each on its own budget in a fresh in-memory store, on a
 // simulated clock (the run takes no real time).
-func (d *dashboard) simCompare(w http.ResponseWriter, r *http.Request) {
+func (sm *Simulators) Compare(w http.ResponseWriter, r *http.Request) {
 	b := compareBody{Pattern: "boundary", Limit: 10, WindowMs: 10_000}
 	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
 		httpx.Fail(w, err)

@@ -1,4 +1,4 @@
-package web
+package sim
 
 import (
 	"context"
@@ -51,7 +51,7 @@ type raceResult struct {
 	Allowed bool   `json:"allowed"`
 }
 
-// simRace serves POST /ui/api/sim/race. Both runs use a fresh in-memory
+// Race serves POST /ui/api/sim/race. Both runs use a fresh in-memory
 // store shared by two Limiters (the two gateway replicas) and a clock
 // stopped at the start, so that they see the same window. Within a wave
 // every request runs in its own goroutine; in the naive run a barrier
@@ -59,7 +59,7 @@ type raceResult struct {
 // interleaving that concurrent replicas produce when their GETs cross; in
 // the atomic run the same goroutines check at once, and the store admits
 // exactly the limit whatever the interleaving.
-func (d *dashboard) simRace(w http.ResponseWriter, r *http.Request) {
+func (sm *Simulators) Race(w http.ResponseWriter, r *http.Request) {
 	b := raceBody{Requests: 20, Limit: 10, InFlight: 4}
 	if err := httpx.DecodeOptional(w, r, maxBodyBytes, &b); err != nil {
 		httpx.Fail(w, err)
@@ -74,7 +74,7 @@ func (d *dashboard) simRace(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ans, err := race(r.Context(), b, d.opts.Clock())
+	ans, err := race(r.Context(), b, sm.clock())
 	if err != nil {
 		httpx.Fail(w, err)
 		return

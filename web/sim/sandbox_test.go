@@ -1,4 +1,4 @@
-package web
+package sim
 
 import (
 	"testing"
