@@ -15,6 +15,39 @@ func outcome(name string, allowed bool) Outcome {
 	return Outcome{Name: name, Result: tokenlimit.Result{Allowed: allowed}}
 }
 
+// Each kind of outcome is counted under the result the metrics document
+// (docs/operations.md): the table is written out, not derived from the code.
+func TestStatsCountsEachResult(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		unavailable, shadow, failOpen, allowed bool
+		want                                   string
+	}{
+		{false, false, false, true, "allowed"},
+		{false, false, false, false, "denied"},
+		{false, true, false, true, "shadow_allowed"},
+		{false, true, false, false, "shadow_denied"},
+		{false, false, true, true, "fail_open_allowed"},
+		{false, false, true, false, "fail_open_denied"},
+		{true, false, true, true, "fail_open_allowed"}, // the store failed; the local budget answered
+		{true, false, false, false, "fail_closed"},
+	} {
+		var st Stats
+		o := Outcome{Name: "x", Shadow: tt.shadow, FailOpen: tt.failOpen, Result: tokenlimit.Result{Allowed: tt.allowed}}
+		st.Record(Decision{At: statsBase, Unavailable: tt.unavailable, Limits: []Outcome{o}}, time.Millisecond)
+		w := st.Window(statsBase, 1)
+		var got []string
+		for r, name := range StatsResults {
+			if len(w.Limits) == 1 && w.Limits[0].Counts[r][0] == 1 {
+				got = append(got, name)
+			}
+		}
+		if len(got) != 1 || got[0] != tt.want {
+			t.Errorf("%+v: counted as %v, want [%s]", tt, got, tt.want)
+		}
+	}
+}
+
 func TestStatsWindow(t *testing.T) {
 	t.Parallel()
 	var st Stats

@@ -1,5 +1,10 @@
 package storetest
 
+// This file holds the properties that are not step tables (cases.go):
+// exact admission under concurrency, the sliding counter's bound, refusal
+// of invalid input and times, recovery from a script flush, Reset, and the
+// entries of a sliding log.
+
 import (
 	"cmp"
 	"context"
