@@ -525,6 +525,9 @@ limits:
 		}
 		tb.do(chromedp.SetValue(chromedp.ID("ins-limit"), "llm-budget"))
 		tb.click("#ins-reset")
+		// Wait for the reset's answer, not for a full bucket: on a slow
+		// machine the refill alone fills it first.
+		tb.wait(`document.querySelector('#ins-status').textContent.startsWith('Reset')`)
 		tb.wait(remaining + ` === '10'`)
 		if status := eval[string](tb, `document.querySelector('#ins-status').textContent`); status != "Reset 1 budget: llm-budget|user=frank" {
 			t.Errorf("status %q", status)
