@@ -657,3 +657,32 @@ api_keys:
 			limited(ok, "per-key", 240, hour, 2, 239, 30*time.Second))
 	})
 }
+
+// TestKeySpaceFull: a request that needs a new key while the embedded store
+// is full is OVER_LIMIT, even for a limit that fails open: an error would
+// let Envoy's failure_mode_deny decide, and it admits by default.
+func TestKeySpaceFull(t *testing.T) {
+	t.Parallel()
+	cfg := parseConfig(t, `
+limits:
+  - name: lenient
+    key: [user]
+    algorithm: fixed_window
+    limit: 10/min
+    failure_mode: open
+`)
+	st, err := memstore.New(memstore.Options{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, "memory", cfg, func(o *service.Options) { o.Store = st })
+	if resp := h.call(t, request("api", desc("user", "a"))); resp.OverallCode != ok {
+		t.Fatalf("the first user: %v", prototext.Format(resp))
+	}
+	if resp := h.call(t, request("api", desc("user", "b"))); resp.OverallCode != over {
+		t.Errorf("a new user with the store full: %v, want OVER_LIMIT", prototext.Format(resp))
+	}
+	if resp := h.call(t, request("api", desc("user", "a"))); resp.OverallCode != ok {
+		t.Errorf("the stored user with the store full: %v, want OK", prototext.Format(resp))
+	}
+}
