@@ -27,7 +27,7 @@ func TestReserveAndSettleAreOneEVALSHAEach(t *testing.T) {
 	items := []tokenlimit.Item{
 		{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 10},
 		{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 10},
-		{Key: "{u}:t", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Second), Cost: 10},
+		{Key: "{u}:t", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Hour), Cost: 10},
 	}
 	results := make([]tokenlimit.Result, len(items))
 	reserve := func(id string) tokenlimit.ReserveOutcome {
