@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,24 +202,14 @@ func TestServeReloadsTheConfigFile(t *testing.T) {
 		}
 		return body.ConfigVersion, names
 	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
-		}
-	}
 	if v, names := limits(); v != 1 || len(names) != 1 || names[0] != "one" {
 		t.Fatalf("at start: version %d limits %v, want version 1 with [one]", v, names)
 	}
 	write("limits:\n  - name: two\n    key: [user]\n    algorithm: fixed_window\n    limit: 20/s\n")
-	waitFor("the new file to load", func() bool { v, names := limits(); return v == 2 && len(names) == 1 && names[0] == "two" })
+	waitFor(t, "the new file to load", func() bool { v, names := limits(); return v == 2 && len(names) == 1 && names[0] == "two" })
 
 	write("limits:\n  - name: three\n    algorithm: nonsense\n")
-	waitFor("the bad file to be rejected", func() bool {
+	waitFor(t, "the bad file to be rejected", func() bool {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -366,5 +357,133 @@ func TestCheckExitCodes(t *testing.T) {
 	err := Run(context.Background(), []string{"check", "--server", "http://127.0.0.1:1", "-d", "user=a"}, io.Discard, io.Discard)
 	if got := ExitCode(err); got != ExitUnreachable || !strings.Contains(err.Error(), "no answer") {
 		t.Errorf("unreachable: exit %d (%v), want %d", got, err, ExitUnreachable)
+	}
+}
+
+// TestServeStartsWithoutRedis: serve started against a closed port listens
+// at once, says on /readyz which store fails, answers each limit by its
+// failure mode from the first request, and once a redis-server starts on
+// that port decides on Redis, with no restart.
+func TestServeStartsWithoutRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	srv.Stop() // its port is closed now; Restart opens it again
+	cfg := filepath.Join(t.TempDir(), "limits.yaml")
+	const yml = `limits:
+  - name: open
+    match: {route: /open}
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    fail_open_share: 0.5
+  - name: closed
+    match: {route: /closed}
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := newSyncBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--redis", srv.URL(), "--store-timeout", "2s", "--reload-every", "0"}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	base := "http://" + logs.addr(t, "serving HTTP")
+	grpcAddr := logs.addr(t, "serving gRPC (Envoy rate limit service v3)")
+	if conn, err := net.Dial("tcp", grpcAddr); err != nil {
+		t.Errorf("gRPC port %s: %v", grpcAddr, err)
+	} else {
+		conn.Close()
+	}
+
+	type answer struct {
+		code int
+		body struct {
+			Allowed bool
+			Limits  []struct {
+				Name     string
+				Limit    int64
+				FailOpen bool `json:"fail_open"`
+			}
+		}
+	}
+	check := func(route string) answer {
+		t.Helper()
+		resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(`{"descriptors":{"user":"alice","route":"`+route+`"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		a := answer{code: resp.StatusCode}
+		if err := json.NewDecoder(resp.Body).Decode(&a.body); err != nil {
+			t.Fatalf("check %s: %s: %v", route, resp.Status, err)
+		}
+		return a
+	}
+	readyz := func() (int, map[string]string) {
+		t.Helper()
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]string
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, body
+	}
+
+	// Redis unreachable: failure modes from the first request.
+	if code, body := readyz(); code != http.StatusServiceUnavailable || body["store"] != "redis" || !strings.Contains(body["error"], srv.Addr()) {
+		t.Errorf("/readyz with Redis unreachable: %d %v, want 503 naming the redis store and its address", code, body)
+	}
+	if a := check("/open"); a.code != http.StatusOK || !a.body.Allowed || len(a.body.Limits) != 1 || !a.body.Limits[0].FailOpen || a.body.Limits[0].Limit != 50 {
+		t.Errorf("fail-open limit with Redis unreachable: %d %+v, want 200 allowed on the local budget of 50", a.code, a.body)
+	}
+	if a := check("/closed"); a.code != http.StatusServiceUnavailable || a.body.Allowed {
+		t.Errorf("fail-closed limit with Redis unreachable: %d %+v, want 503", a.code, a.body)
+	}
+
+	// Redis starts on that port: serve picks it up by itself.
+	srv.Restart()
+	waitFor(t, "a fail-closed check decided by Redis", func() bool {
+		a := check("/closed")
+		return a.code == http.StatusOK && a.body.Allowed && len(a.body.Limits) == 1 && !a.body.Limits[0].FailOpen && a.body.Limits[0].Limit == 100
+	})
+	if a := check("/open"); a.code != http.StatusOK || len(a.body.Limits) != 1 || a.body.Limits[0].FailOpen || a.body.Limits[0].Limit != 100 {
+		t.Errorf("fail-open limit with Redis up: %d %+v, want decided by Redis with its limit of 100", a.code, a.body)
+	}
+	if n, err := srv.Do("DBSIZE"); err != nil || n == "0" {
+		t.Errorf("DBSIZE = %q, %v; want the budgets in Redis", n, err)
+	}
+	waitFor(t, "/readyz ok", func() bool { code, _ := readyz(); return code == http.StatusOK })
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("serve returned %v after shutdown", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down")
+	}
+}
+
+// waitFor polls ok until it holds, failing the test after 20 seconds.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
 	}
 }

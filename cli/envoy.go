@@ -124,7 +124,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(f.storeFlags)
+	store, closeStore, err := openStore(f.storeFlags, log)
 	if err != nil {
 		return err
 	}

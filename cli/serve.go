@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/rueidis"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -25,8 +24,6 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/memstore"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -269,7 +266,7 @@ func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 // registry holding the service's metrics and Go's. Call the returned
 // function to close the store.
 func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *prometheus.Registry, func(), error) {
-	store, closeStore, err := openStore(f)
+	store, closeStore, err := openStore(f, log)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -287,9 +284,10 @@ func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Se
 }
 
 // openStore returns the embedded store, or a Redis store through rueidis
-// (see docs/dependencies.md for why rueidis). The store describes itself
-// (tokenlimit.Describe).
-func openStore(f storeFlags) (tokenlimit.Store, func(), error) {
+// (see docs/dependencies.md for why rueidis) that connects in the
+// background: an unreachable Redis does not keep the process from starting.
+// The store describes itself (tokenlimit.Describe).
+func openStore(f storeFlags, log *slog.Logger) (tokenlimit.Store, func(), error) {
 	if f.redis == "" {
 		st, err := memstore.New(memstore.Options{MaxKeys: f.maxKeys})
 		if err != nil {
@@ -297,21 +295,9 @@ func openStore(f storeFlags) (tokenlimit.Store, func(), error) {
 		}
 		return st, func() {}, nil
 	}
-	opt, err := rueidis.ParseURL(f.redis)
+	conn, err := dialRedis(f.redis, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %q: %w", f.redis, err)
-	}
-	opt.DisableCache = true
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--redis %q: %w", f.redis, err)
-	}
-	// On Cluster, a request's limits may lie in several slots: decide them
-	// slot by slot, refunding on a denial (see redisstore.Options.Cluster).
-	st, err := redisstore.New(rueidisclient.New(client), redisstore.Options{Cluster: client.Mode() == rueidis.ClientModeCluster})
-	if err != nil {
-		client.Close()
 		return nil, nil, err
 	}
-	return st, client.Close, nil
+	return conn, conn.close, nil
 }

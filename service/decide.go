@@ -142,6 +142,7 @@ func (s *Service) call(ctx context.Context, op string, run func(ctx context.Cont
 	}
 	trial := s.breaker.State() == breaker.HalfOpen
 	s.breaker.Done(ticket, err)
+	s.recordStore(err)
 	if err != nil {
 		s.metrics.storeErrors.Inc()
 		if op == opCheck {

@@ -73,6 +73,10 @@ type Service struct {
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
 	pending   *reconciler
+	// answered is set once a remote store has answered a call; storeErr is
+	// the error of the last failed call, cleared by a success.
+	answered atomic.Bool
+	storeErr atomic.Pointer[string]
 }
 
 // New returns a service enforcing cfg.
@@ -215,7 +219,8 @@ func (s *Service) ConfigVersion() int64 { return s.rules.Load().version }
 type Health struct {
 	Store   string `json:"store"`
 	Breaker string `json:"breaker"`
-	// Degraded is true while the store is failing (breaker not closed).
+	// Degraded is true while the store is failing (breaker not closed), and
+	// while a remote store has not answered once since the service started.
 	Degraded bool `json:"degraded"`
 	// Keys and MaxKeys are the live keys of a store that counts them (the
 	// embedded store; expired keys not yet swept included) and its bound;
@@ -230,32 +235,52 @@ type Health struct {
 	// holds as many keys as it may: requests that need a new key are
 	// denied (Decision.KeySpaceFull); keys already stored keep working.
 	KeySpaceFull bool `json:"key_space_full"`
+	// Error is the last store error while Degraded, such as "redis
+	// 127.0.0.1:6379: not connected yet: ... connection refused"; empty
+	// otherwise.
+	Error string `json:"error,omitempty"`
 }
 
-// Health returns the store's health. While the breaker is open and its
-// cooldown has passed, it probes the store itself (one peek), so that a
-// replica with no traffic still notices that Redis came back.
+// Health returns the store's health. While the breaker is not closed and its
+// cooldown has passed, or while a remote store has not answered yet, it
+// probes the store itself (one peek), so that a replica with no traffic
+// still notices that Redis came back, or that it never answered.
 func (s *Service) Health() Health {
-	if s.store.Remote && s.breaker.State() != breaker.Closed {
+	if s.store.Remote && (s.breaker.State() != breaker.Closed || !s.answered.Load()) {
 		if ticket, ok := s.breaker.Allow(); ok {
 			ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 			peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
 			_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
 			cancel()
 			s.breaker.Done(ticket, err)
+			s.recordStore(err)
 			if err == nil {
 				s.storeAnswered()
 			}
 		}
 	}
 	st := s.breaker.State()
-	h := Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed,
+	h := Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed || (s.store.Remote && !s.answered.Load()),
 		LocalKeys: s.localStore.Len(), LocalMaxKeys: s.localStore.MaxKeys()}
 	if kc, ok := s.opts.Store.(keyCounter); ok {
 		h.Keys, h.MaxKeys = kc.Len(), kc.MaxKeys()
 	}
 	h.KeySpaceFull = (h.MaxKeys > 0 && h.Keys >= h.MaxKeys) || h.LocalKeys >= h.LocalMaxKeys
+	if msg := s.storeErr.Load(); h.Degraded && msg != nil {
+		h.Error = *msg
+	}
 	return h
+}
+
+// recordStore notes the outcome of a call to a remote store, for Health.
+func (s *Service) recordStore(err error) {
+	if err != nil {
+		msg := err.Error()
+		s.storeErr.Store(&msg)
+		return
+	}
+	s.answered.Store(true)
+	s.storeErr.Store(nil)
 }
 
 // Request is one set of descriptors to check, with the request's own cost.

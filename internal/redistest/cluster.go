@@ -15,10 +15,11 @@ const (
 	minMasters     = 3                // fewer masters is not a Redis Cluster
 )
 
-// Cluster is a Redis Cluster of masters without replicas, started by
-// [StartCluster].
+// Cluster is a Redis Cluster started by [StartCluster] (masters only) or
+// [StartReplicatedCluster] (one replica per master).
 type Cluster struct {
-	nodes []*Server
+	nodes    []*Server // masters, in slot order
+	replicas []*Server // replicas[i] replicates nodes[i]; empty without replicas
 }
 
 // StartCluster starts masters (at least 3) redis-server processes in
@@ -37,37 +38,108 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	for i := range c.nodes {
 		c.nodes[i] = start(t, nil, true, "")
 	}
+	c.assignAndMeet(t)
+	c.waitReady(t)
+	return c
+}
 
+// StartReplicatedCluster starts a Redis Cluster as [StartCluster] does, with
+// one replica for each master (so 2×masters processes), and returns once
+// every node reports cluster_state:ok, sees every other node connected, and
+// every replica has completed its first sync with its master. A master
+// killed with [Server.Kill] is replaced by its replica after the cluster
+// node timeout (2 seconds) and an election; [Cluster.WaitFailover] waits for
+// that.
+func StartReplicatedCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	if masters < minMasters {
+		t.Fatalf("redistest: StartReplicatedCluster needs at least %d masters, got %d", minMasters, masters)
+	}
+	c := &Cluster{nodes: make([]*Server, masters), replicas: make([]*Server, masters)}
+	for i := range c.nodes {
+		c.nodes[i] = start(t, nil, true, "")
+	}
+	for i := range c.replicas {
+		c.replicas[i] = start(t, nil, true, "")
+	}
+	c.assignAndMeet(t)
+	deadline := time.Now().Add(clusterTimeout)
+	for i, r := range c.replicas {
+		id, err := c.nodes[i].Do("CLUSTER", "MYID")
+		if err != nil {
+			t.Fatalf("redistest: node %s: CLUSTER MYID: %v", c.nodes[i].Addr(), err)
+		}
+		// The replica must have learnt of its master through gossip first.
+		for {
+			_, err = r.Do("CLUSTER", "REPLICATE", id)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: node %s: CLUSTER REPLICATE %s: %v", r.Addr(), id, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	c.waitReady(t)
+	return c
+}
+
+// all returns every node, masters first.
+func (c *Cluster) all() []*Server {
+	return append(append([]*Server(nil), c.nodes...), c.replicas...)
+}
+
+// assignAndMeet gives each master its share of the slots and introduces
+// every other node to the first.
+func (c *Cluster) assignAndMeet(t testing.TB) {
+	t.Helper()
+	masters := len(c.nodes)
 	for i, n := range c.nodes {
 		first, last := i*clusterSlots/masters, (i+1)*clusterSlots/masters-1
 		if _, err := n.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(first), strconv.Itoa(last)); err != nil {
 			t.Fatalf("redistest: node %s: CLUSTER ADDSLOTSRANGE %d %d: %v", n.Addr(), first, last, err)
 		}
 	}
-	for _, n := range c.nodes[1:] {
+	for _, n := range c.all()[1:] {
 		_, err := c.nodes[0].Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port), strconv.Itoa(n.busPort))
 		if err != nil {
 			t.Fatalf("redistest: CLUSTER MEET %s: %v", n.Addr(), err)
 		}
 	}
+}
 
+// waitReady waits until ready holds, failing the test after clusterTimeout.
+func (c *Cluster) waitReady(t testing.TB) {
+	t.Helper()
 	deadline := time.Now().Add(clusterTimeout)
 	for {
 		err := c.ready()
 		if err == nil {
-			return c
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster of %d did not form within %v: %v", masters, clusterTimeout, err)
+			t.Fatalf("redistest: cluster of %d nodes did not form within %v: %v", len(c.all()), clusterTimeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
 // ready reports nil once every node says cluster_state:ok and lists all
-// nodes as connected, past the handshake and not failing.
+// nodes as connected, past the handshake and not failing, and every replica
+// has a live link to its master.
 func (c *Cluster) ready() error {
-	for _, n := range c.nodes {
+	all := c.all()
+	for _, r := range c.replicas {
+		info, err := r.Do("INFO", "replication")
+		if err != nil {
+			return fmt.Errorf("node %s: INFO replication: %w", r.Addr(), err)
+		}
+		if !strings.Contains(info, "master_link_status:up\r\n") {
+			return fmt.Errorf("replica %s: link to its master is not up", r.Addr())
+		}
+	}
+	for _, n := range all {
 		info, err := n.Do("CLUSTER", "INFO")
 		if err != nil {
 			return fmt.Errorf("node %s: CLUSTER INFO: %w", n.Addr(), err)
@@ -80,8 +152,8 @@ func (c *Cluster) ready() error {
 			return fmt.Errorf("node %s: CLUSTER NODES: %w", n.Addr(), err)
 		}
 		lines := strings.Split(strings.TrimSpace(nodes), "\n")
-		if len(lines) != len(c.nodes) {
-			return fmt.Errorf("node %s knows %d of %d nodes", n.Addr(), len(lines), len(c.nodes))
+		if len(lines) != len(all) {
+			return fmt.Errorf("node %s knows %d of %d nodes", n.Addr(), len(lines), len(all))
 		}
 		for _, line := range lines {
 			// <id> <ip:port@cport> <flags> <master> <ping-sent> <pong-recv> <epoch> <link-state> <slot>...
@@ -95,7 +167,8 @@ func (c *Cluster) ready() error {
 	return nil
 }
 
-// Addrs returns the nodes' addresses, "127.0.0.1:port", in node order. The
+// Addrs returns the masters' addresses, "127.0.0.1:port", in node order
+// (replicas are not listed: clients find them through the cluster). The
 // slice is a copy the caller may change.
 func (c *Cluster) Addrs() []string {
 	addrs := make([]string, len(c.nodes))
@@ -112,9 +185,56 @@ func (c *Cluster) Node(i int) *Server {
 	return c.nodes[i]
 }
 
+// Replica returns the replica started for master i by
+// [StartReplicatedCluster], 0 <= i < the number of masters. It panics if i is
+// out of range or the cluster has no replicas.
+func (c *Cluster) Replica(i int) *Server {
+	return c.replicas[i]
+}
+
+// NodeOf returns the index of the master that serves key's slot, asking the
+// cluster (CLUSTER KEYSLOT) through any live master.
+func (c *Cluster) NodeOf(key string) (int, error) {
+	var last error
+	for _, n := range c.nodes {
+		reply, err := n.Do("CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			last = err
+			continue
+		}
+		slot, err := strconv.Atoi(reply)
+		if err != nil {
+			return 0, fmt.Errorf("CLUSTER KEYSLOT %q answered %q", key, reply)
+		}
+		return slot * len(c.nodes) / clusterSlots, nil
+	}
+	return 0, fmt.Errorf("CLUSTER KEYSLOT %q: no node answered: %w", key, last)
+}
+
+// WaitFailover waits until the replica of master i has taken over: it
+// reports itself a master and the cluster is ok again. It returns an error
+// if that does not happen within 30 seconds.
+func (c *Cluster) WaitFailover(i int) error {
+	r := c.replicas[i]
+	deadline := time.Now().Add(clusterTimeout)
+	for {
+		role, err := r.Do("ROLE")
+		if err == nil && strings.HasPrefix(role, "master\n") {
+			info, err := r.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok\r\n") {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %s did not take over from master %d within %v (ROLE: %q, %v)", r.Addr(), i, clusterTimeout, role, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
 // Stop stops every node now. Stopping a stopped cluster does nothing.
 func (c *Cluster) Stop() {
-	for _, n := range c.nodes {
+	for _, n := range c.all() {
 		n.Stop()
 	}
 }

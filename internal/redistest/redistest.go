@@ -178,6 +178,19 @@ func (s *Server) Stop() {
 	}
 }
 
+// Kill kills the server now with SIGKILL, as a crash would, and returns once
+// the process has exited: no shutdown, no final write to clients or
+// replicas. Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		_ = s.proc.cmd.Process.Kill()
+		<-s.proc.done
+		s.proc = nil
+	}
+}
+
 // Restart stops the server if it runs and starts it again on the same port
 // and in the same directory, returning once it answers PING; clients
 // configured with [Server.Addr] reach it again without change. The data set

@@ -48,7 +48,8 @@ func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz serves GET /readyz: 200 while the store is healthy, 503 while it
-// is failing (its circuit breaker is not closed).
+// is failing (its circuit breaker is not closed, or it has not answered since
+// the start), with the store's name and its last error.
 func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	h := a.svc.Health()
 	code, st := http.StatusOK, "ok"
