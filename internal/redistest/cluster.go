@@ -56,11 +56,14 @@ func StartReplicatedCluster(t testing.TB, masters int) *Cluster {
 		t.Fatalf("redistest: StartReplicatedCluster needs at least %d masters, got %d", minMasters, masters)
 	}
 	c := &Cluster{nodes: make([]*Server, masters), replicas: make([]*Server, masters)}
+	// A replica's first sync starts at once, not after the default 5 s of
+	// waiting for other replicas to share the transfer.
+	args := []string{"--repl-diskless-sync-delay", "0"}
 	for i := range c.nodes {
-		c.nodes[i] = start(t, nil, true, "")
+		c.nodes[i] = start(t, args, true, "")
 	}
 	for i := range c.replicas {
-		c.replicas[i] = start(t, nil, true, "")
+		c.replicas[i] = start(t, args, true, "")
 	}
 	c.assignAndMeet(t)
 	deadline := time.Now().Add(clusterTimeout)

@@ -198,3 +198,37 @@ func TestSentinelKnowsItsMaster(t *testing.T) {
 		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME: %q %v, want the master %s", got, err, master.Addr())
 	}
 }
+
+func TestReplicatedClusterFailsOver(t *testing.T) {
+	t.Parallel()
+	c := StartReplicatedCluster(t, 3)
+	for i := range 3 {
+		info, err := c.Replica(i).Do("CLUSTER", "INFO")
+		if err != nil {
+			t.Fatalf("replica %d: CLUSTER INFO: %v", i, err)
+		}
+		if f := parseInfo(info); f["cluster_known_nodes"] != "6" || f["cluster_size"] != "3" || f["cluster_state"] != "ok" {
+			t.Errorf("replica %d: %v, want 6 nodes, 3 masters, ok", i, f)
+		}
+	}
+	i, err := c.NodeOf("a")
+	if err != nil || i != 2 {
+		t.Fatalf("NodeOf(a) = %d, %v; want 2 (slot 15495)", i, err)
+	}
+	if _, err := c.Node(i).Do("SET", "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Node(i).Do("WAIT", "1", "10000"); err != nil || n != "1" {
+		t.Fatalf("WAIT 1 = %q, %v; want the write on the replica", n, err)
+	}
+	c.Node(i).Kill()
+	if _, err := c.Node(i).Do("PING"); err == nil {
+		t.Fatal("PING after Kill: err = nil, want a connection error")
+	}
+	if err := c.WaitFailover(i); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Replica(i).Do("GET", "a"); err != nil || got != "1" {
+		t.Errorf("GET a on the promoted replica = %q, %v; want 1", got, err)
+	}
+}

@@ -297,7 +297,7 @@ func TestStoreFailing(t *testing.T) {
 		t.Fatalf("fail-closed: %s", r.body)
 	}
 	r = e.do(http.MethodGet, "/readyz", "")
-	if r.status != http.StatusServiceUnavailable || r.body != `{"status":"degraded","store":"redis","breaker":"open","degraded":true,"keys":0,"max_keys":0,"local_keys":0,"local_max_keys":100000,"key_space_full":false}`+"\n" {
+	if r.status != http.StatusServiceUnavailable || r.body != `{"status":"degraded","store":"redis","breaker":"open","degraded":true,"keys":0,"max_keys":0,"local_keys":0,"local_max_keys":100000,"key_space_full":false,"error":"tokenlimit: check: connection refused"}`+"\n" {
 		t.Errorf("readyz while failing: %d %s", r.status, r.body)
 	}
 	wantStatus(t, e.do(http.MethodGet, "/healthz", ""), http.StatusOK)
