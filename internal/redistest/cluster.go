@@ -12,6 +12,9 @@ import (
 const (
 	clusterSlots   = 16384
 	clusterTimeout = 30 * time.Second // from CLUSTER MEET to every node ok
+	// failoverTimeout bounds a failover: on a loaded machine an election can
+	// fail for want of votes in time, and the next comes 8 s later.
+	failoverTimeout = 90 * time.Second
 	minMasters     = 3                // fewer masters is not a Redis Cluster
 )
 
@@ -57,8 +60,11 @@ func StartReplicatedCluster(t testing.TB, masters int) *Cluster {
 	}
 	c := &Cluster{nodes: make([]*Server, masters), replicas: make([]*Server, masters)}
 	// A replica's first sync starts at once, not after the default 5 s of
-	// waiting for other replicas to share the transfer.
-	args := []string{"--repl-diskless-sync-delay", "0"}
+	// waiting for other replicas to share the transfer; and a replica always
+	// stands for election when its master fails, however long ago it last
+	// heard from it (a loaded machine must not keep a failover from
+	// happening).
+	args := []string{"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0"}
 	for i := range c.nodes {
 		c.nodes[i] = start(t, args, true, "")
 	}
@@ -216,10 +222,11 @@ func (c *Cluster) NodeOf(key string) (int, error) {
 
 // WaitFailover waits until the replica of master i has taken over: it
 // reports itself a master and the cluster is ok again. It returns an error
-// if that does not happen within 30 seconds.
+// if that does not happen within 90 seconds (an election that gets too few
+// votes in time is tried again 8 seconds later).
 func (c *Cluster) WaitFailover(i int) error {
 	r := c.replicas[i]
-	deadline := time.Now().Add(clusterTimeout)
+	deadline := time.Now().Add(failoverTimeout)
 	for {
 		role, err := r.Do("ROLE")
 		if err == nil && strings.HasPrefix(role, "master\n") {
@@ -229,7 +236,7 @@ func (c *Cluster) WaitFailover(i int) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("replica %s did not take over from master %d within %v (ROLE: %q, %v)", r.Addr(), i, clusterTimeout, role, err)
+			return fmt.Errorf("replica %s did not take over from master %d within %v (ROLE: %q, %v)", r.Addr(), i, failoverTimeout, role, err)
 		}
 		time.Sleep(pollInterval)
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartPing(t *testing.T) {
@@ -218,17 +219,28 @@ func TestReplicatedClusterFailsOver(t *testing.T) {
 	if _, err := c.Node(i).Do("SET", "a", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Node(i).Do("WAIT", "1", "10000"); err != nil || n != "1" {
-		t.Fatalf("WAIT 1 = %q, %v; want the write on the replica", n, err)
+	// The write reaches the replica (Do uses a connection per command, so
+	// WAIT would not wait for this write).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := c.Replica(i).Do("DBSIZE")
+		if err == nil && n == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica's DBSIZE = %q, %v; want the write replicated", n, err)
+		}
+		time.Sleep(pollInterval)
 	}
 	c.Node(i).Kill()
 	if _, err := c.Node(i).Do("PING"); err == nil {
 		t.Fatal("PING after Kill: err = nil, want a connection error")
 	}
 	if err := c.WaitFailover(i); err != nil {
-		t.Fatal(err)
+		nodes, _ := c.Node((i + 1) % 3).Do("CLUSTER", "NODES")
+		t.Fatalf("%v\nCLUSTER NODES:\n%s\n%s", err, nodes, c.Replica(i).logTail())
 	}
 	if got, err := c.Replica(i).Do("GET", "a"); err != nil || got != "1" {
-		t.Errorf("GET a on the promoted replica = %q, %v; want 1", got, err)
+		t.Errorf("GET a on the promoted replica = %q, %v; want 1\n%s", got, err, c.Replica(i).logTail())
 	}
 }
