@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -426,14 +427,14 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 		}
 		return a
 	}
-	readyz := func() (int, map[string]string) {
+	readyz := func() (int, map[string]any) {
 		t.Helper()
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var body map[string]string
+		var body map[string]any
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +442,7 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 	}
 
 	// Redis unreachable: failure modes from the first request.
-	if code, body := readyz(); code != http.StatusServiceUnavailable || body["store"] != "redis" || !strings.Contains(body["error"], srv.Addr()) {
+	if code, body := readyz(); code != http.StatusServiceUnavailable || body["store"] != "redis" || !strings.Contains(fmt.Sprint(body["error"]), srv.Addr()) {
 		t.Errorf("/readyz with Redis unreachable: %d %v, want 503 naming the redis store and its address", code, body)
 	}
 	if a := check("/open"); a.code != http.StatusOK || !a.body.Allowed || len(a.body.Limits) != 1 || !a.body.Limits[0].FailOpen || a.body.Limits[0].Limit != 50 {
