@@ -41,7 +41,7 @@ func checkCommand() *cobra.Command {
 Exit status: 0 allowed, 1 denied (429), 2 a bad request or flag (the server
 answered 4xx), 3 no decision (the server is unreachable, timed out, or
 answered 5xx such as 503 while a fail-closed limit cannot be decided).`,
-		Args:  exactArgs(0, "no arguments"),
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.call(cmd, "/v1/check", map[string]any{"cost": f.cost}, http.StatusOK)
 		},
