@@ -15,7 +15,7 @@ const (
 	// failoverTimeout bounds a failover: on a loaded machine an election can
 	// fail for want of votes in time, and the next comes 8 s later.
 	failoverTimeout = 90 * time.Second
-	minMasters     = 3                // fewer masters is not a Redis Cluster
+	minMasters      = 3 // fewer masters is not a Redis Cluster
 )
 
 // Cluster is a Redis Cluster started by [StartCluster] (masters only) or

@@ -237,7 +237,7 @@ func TestReplicatedClusterFailsOver(t *testing.T) {
 		t.Fatal("PING after Kill: err = nil, want a connection error")
 	}
 	if err := c.WaitFailover(i); err != nil {
-		nodes, _ := c.Node((i + 1) % 3).Do("CLUSTER", "NODES")
+		nodes, _ := c.Node((i+1)%3).Do("CLUSTER", "NODES")
 		t.Fatalf("%v\nCLUSTER NODES:\n%s\n%s", err, nodes, c.Replica(i).logTail())
 	}
 	if got, err := c.Replica(i).Do("GET", "a"); err != nil || got != "1" {
