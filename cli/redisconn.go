@@ -137,13 +137,6 @@ func (c *redisConn) connected(client rueidis.Client) error {
 	return nil
 }
 
-// err returns the last dial error.
-func (c *redisConn) err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lastErr
-}
-
 // current returns the store, or an error saying why there is none yet.
 func (c *redisConn) current() (*redisstore.Store, error) {
 	c.mu.Lock()
