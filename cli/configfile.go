@@ -50,6 +50,18 @@ func (c *configFile) watch(ctx context.Context, every time.Duration, svc *servic
 	if c.path == "" {
 		return
 	}
+	watchReloads(ctx, every, c.changed, func() {
+		if cfg, err := c.load(); err != nil {
+			svc.ReloadFailed(c.path, err)
+		} else {
+			svc.Reload(cfg)
+		}
+	})
+}
+
+// watchReloads calls reload on SIGHUP and, every interval (0: never), when
+// changed reports a change, until ctx ends. Calls are sequential.
+func watchReloads(ctx context.Context, every time.Duration, changed func() bool, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -65,14 +77,10 @@ func (c *configFile) watch(ctx context.Context, every time.Duration, svc *servic
 			return
 		case <-hup:
 		case <-tick:
-			if !c.changed() {
+			if !changed() {
 				continue
 			}
 		}
-		if cfg, err := c.load(); err != nil {
-			svc.ReloadFailed(c.path, err)
-		} else {
-			svc.Reload(cfg)
-		}
+		reload()
 	}
 }

@@ -11,12 +11,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,33 +84,15 @@ func (d *envoyDir) changed() bool {
 // never), when a file changed, was added or removed. A bad configuration
 // is logged and the running one stays.
 func (d *envoyDir) watch(ctx context.Context, every time.Duration, e *envoycompat.Engine, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	var tick <-chan time.Time
-	if every > 0 {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		case <-tick:
-			if !d.changed() {
-				continue
-			}
-		}
+	watchReloads(ctx, every, d.changed, func() {
 		cfg, err := d.load()
 		if err != nil {
 			log.Error("envoy config rejected; the running limits stay", "dir", d.path, "error", err)
-			continue
+			return
 		}
 		e.SetConfig(cfg)
 		log.Info("envoy config reloaded", "dir", d.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits))
-	}
+	})
 }
 
 // serveEnvoy runs the envoyproxy/ratelimit compatibility mode: the RLS on
@@ -165,16 +145,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 		"store", tokenlimit.Describe(store).Name)
 	go dir.watch(ctx, f.reloadEvery, engine, log)
 	<-ctx.Done()
-	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
-	defer done()
-	err = httpSrv.Shutdown(shutdownCtx)
-	if grpcSrv != nil {
-		grpcSrv.GracefulStop()
-	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return err
+	return shutdown(ctx, httpSrv, grpcSrv)
 }
 
 // healthTimeout is the least time a health check gives the store: the

@@ -207,9 +207,17 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, 
 	go file.watch(ctx, f.reloadEvery, svc)
 	<-ctx.Done()
 	log.Info("shutting down")
+	return shutdown(ctx, httpSrv, grpcSrv)
+}
+
+// shutdown stops the servers once ctx (the serve's context) has ended:
+// HTTP gracefully within 10 s, gRPC gracefully. It returns the cause that
+// ended ctx unless that was a plain cancellation, else the HTTP shutdown's
+// error.
+func shutdown(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Server) error {
 	shutdownCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
-	err = httpSrv.Shutdown(shutdownCtx)
+	err := httpSrv.Shutdown(shutdownCtx)
 	if grpcSrv != nil {
 		grpcSrv.GracefulStop()
 	}
