@@ -82,11 +82,49 @@ func items(checks []check) []tokenlimit.Item {
 // failure.
 func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
 	failed, err = s.call(ctx, opCheck, func(ctx context.Context) error {
+		if err := s.writeBack(ctx, checks); err != nil {
+			return err
+		}
 		var err error
 		d, err = s.limiter.Check(ctx, items(checks)...)
 		return err
 	})
+	if !failed && err == nil {
+		s.failOpen.remember(checks, d.Results, d.At, s.opts.Clock())
+	}
 	return d, failed, err
+}
+
+// writeBack charges the store what fail-open budgets among checks admitted
+// locally while it failed, before the call that follows, once the breaker
+// is closed (a store that answered a trial). A failed call puts the cost
+// back to be tried again: it may then be charged twice (the failed call may
+// have landed), which denies early but never admits past the limit.
+func (s *Service) writeBack(ctx context.Context, checks []check) error {
+	if s.breaker.State() != breaker.Closed {
+		return nil
+	}
+	adjs, limits, untils := s.failOpen.takePending(checks, s.opts.Clock())
+	if len(adjs) == 0 {
+		return nil
+	}
+	err := s.opts.Store.Adjust(ctx, s.opts.Clock(), adjs)
+	result := writebackOK
+	if err != nil {
+		result = writebackFailed
+	}
+	for i, a := range adjs {
+		s.metrics.writeback.WithLabelValues(limits[i], result).Add(float64(a.Delta))
+	}
+	if errors.Is(err, tokenlimit.ErrInvalid) { // says nothing about the store: decide on
+		s.log.Error("writing back fail-open charges was refused", "error", err)
+		return nil
+	}
+	if err != nil {
+		s.failOpen.putBack(adjs, limits, untils, s.opts.Clock())
+		return fmt.Errorf("writing back fail-open charges: %w", err)
+	}
+	return nil
 }
 
 // The store operations, for logs and metrics.
@@ -163,13 +201,22 @@ func (s *Service) call(ctx context.Context, op string, run func(ctx context.Cont
 
 // failover decides while the store is failing: a fail-closed limit makes the
 // request unavailable (503); fail-open limits are decided on the local
-// in-memory budget, each at its configured share of the limit.
+// in-memory budget, each at its configured share of the limit, started from
+// the store's last answer (failopen.go) and written back once it answers.
 func (s *Service) failover(checks []check) Decision {
 	d, open := s.failClosed(checks)
 	if d.Unavailable {
 		return d
 	}
-	ld, err := s.local.Check(context.Background(), items(open)...)
+	now := s.opts.Clock()
+	var ld tokenlimit.Decision
+	err := s.failOpen.seed(s.localStore, open, now)
+	if err == nil {
+		ld, err = s.local.Check(context.Background(), items(open)...)
+	}
+	if err == nil && ld.Allowed {
+		s.failOpen.admitted(open, ld.Results, ld.At, now)
+	}
 	if errors.Is(err, tokenlimit.ErrStoreFull) {
 		return s.keySpaceFull(open, "local", err)
 	}
@@ -190,7 +237,15 @@ func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest)
 		return d
 	}
 	req.Items = items(open)
-	res, err := s.local.ReserveWith(context.Background(), req)
+	now := s.opts.Clock()
+	var res *tokenlimit.Reservation
+	err := s.failOpen.seed(s.localStore, open, now)
+	if err == nil {
+		res, err = s.local.ReserveWith(context.Background(), req)
+	}
+	if err == nil && res.Status() == tokenlimit.Reserved { // a replay charges nothing more
+		s.failOpen.admitted(open, res.Decision().Results, res.Decision().At, now)
+	}
 	if errors.Is(err, tokenlimit.ErrStoreFull) {
 		return s.keySpaceFull(open, "local", err)
 	}

@@ -22,15 +22,18 @@ import (
 
 // TestRedisOutage is the service's fault test, for real: a service on a real
 // redis-server under load from several goroutines; the server stops; each
-// limit follows its failure mode (fail-open: exactly its local share, then
-// denied; fail-closed: unavailable) and health says degraded; the server
-// comes back on the same port and the service recovers by itself, with no
+// limit follows its failure mode (fail-open: exactly its local share of
+// what Redis last said was left, then denied; fail-closed: unavailable) and
+// health says degraded; the server comes back on the same port, the service
+// recovers by itself and writes back what it admitted locally, with no
 // goroutine left behind.
 //
 // Time: the service's clock is fake and frozen during the outage, so the
 // local fail-open budgets never refill and the breaker stays open until the
 // test moves the clock past the cooldown. Only the store timeout and the
-// deadlines of polling conditions are wall-clock.
+// deadlines of polling conditions are wall-clock; the store timeout is long
+// (2 s), as a loaded machine must not make Redis look down before the test
+// stops it (a stopped server refuses connections at once).
 func TestRedisOutage(t *testing.T) {
 	// Not parallel: the goroutine count is process-wide.
 	for _, client := range []string{"go-redis", "rueidis"} {
@@ -58,15 +61,16 @@ limits:
 const (
 	outageUsers      = 4
 	outageGoroutines = 8
-	localShare       = 5 // capacity 10 × fail_open_share 0.5
+	localShare       = 5 // capacity 10 × fail_open_share 0.5: the local budget's capacity
 	breakerCooldown  = time.Second
 )
 
 // tally counts a user's decisions by how they were made.
 type tally struct {
-	redisAllowed, redisDenied       int // decided by Redis
-	failOpenAllowed, failOpenDenied int // decided locally
-	unavailable                     int // fail-closed
+	redisAllowed, redisDenied       int   // decided by Redis
+	redisLeast                      int64 // the least Remaining Redis answered
+	failOpenAllowed, failOpenDenied int   // decided locally
+	unavailable                     int   // fail-closed
 }
 
 func testRedisOutage(t *testing.T, client string) {
@@ -82,7 +86,7 @@ func testRedisOutage(t *testing.T, client string) {
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(parseConfig(t, outageConfig), service.Options{
 		Store: st, Clock: clk.Now, Registerer: reg, Logger: quiet,
-		StoreTimeout: 50 * time.Millisecond, BreakerThreshold: 3, BreakerCooldown: breakerCooldown,
+		StoreTimeout: 2 * time.Second, BreakerThreshold: 3, BreakerCooldown: breakerCooldown,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +99,7 @@ func testRedisOutage(t *testing.T, client string) {
 		problems []string
 	)
 	for u := range tallies {
-		tallies[u] = map[string]*tally{"/open": {}, "/closed": {}}
+		tallies[u] = map[string]*tally{"/open": {redisLeast: 10}, "/closed": {redisLeast: 1000}}
 	}
 	record := func(user int, route string, d service.Decision) {
 		mu.Lock()
@@ -135,8 +139,13 @@ func testRedisOutage(t *testing.T, client string) {
 			} else {
 				tl.redisDenied++
 			}
+			tl.redisLeast = min(tl.redisLeast, o.Remaining)
 		}
 	}
+	// With the clock frozen every answer is at the same time, so the one the
+	// service keeps for a budget is the one with the least left: the local
+	// budget starts at half of that (of its capacity of 5 for 10).
+	localLeft := func(tl tally) int { return int(tl.redisLeast) / 2 }
 	snapshot := func(fn func(user int, route string, tl tally) bool) bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -197,7 +206,7 @@ func testRedisOutage(t *testing.T, client string) {
 	eventually(t, 10*time.Second, "every user decided by the failure modes", func() bool {
 		return snapshot(func(_ int, route string, tl tally) bool {
 			if route == "/open" {
-				return tl.failOpenAllowed+tl.failOpenDenied >= localShare+3
+				return tl.failOpenAllowed+tl.failOpenDenied >= localLeft(tl)+3
 			}
 			return tl.unavailable >= 3
 		})
@@ -211,12 +220,15 @@ func testRedisOutage(t *testing.T, client string) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	// Exactly the local share of each fail-open budget was admitted, then
-	// fail-open denials; every fail-closed request was unavailable.
+	// Exactly the local share of what each fail-open budget had left was
+	// admitted, then fail-open denials; every fail-closed request was
+	// unavailable.
+	var failOpenAllowed float64
 	snapshot(func(u int, route string, tl tally) bool {
-		if route == "/open" && (tl.failOpenAllowed != localShare || tl.failOpenDenied < 3) {
-			t.Errorf("user %d: %d fail-open allowed and %d denied, want exactly %d allowed, then denied", u, tl.failOpenAllowed, tl.failOpenDenied, localShare)
+		if route == "/open" && (tl.failOpenAllowed != localLeft(tl) || tl.failOpenDenied < 3) {
+			t.Errorf("user %d: %d fail-open allowed and %d denied, Redis left %d; want exactly %d allowed, then denied", u, tl.failOpenAllowed, tl.failOpenDenied, tl.redisLeast, localLeft(tl))
 		}
+		failOpenAllowed += float64(tl.failOpenAllowed)
 		return true
 	})
 	d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u0", "route": "/open"}})
@@ -238,7 +250,7 @@ func testRedisOutage(t *testing.T, client string) {
 		want    float64
 		atLeast bool
 	}{
-		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_allowed"}, outageUsers * localShare, false},
+		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_allowed"}, failOpenAllowed, false},
 		{"tokenlimit_decisions_total", []string{"limit", "closed-limit", "result", "fail_closed"}, unavailable + 1, false},
 		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_denied"}, outageUsers*3 + 1, true},
 		{"tokenlimit_store_errors_total", nil, 3, true},
@@ -288,11 +300,40 @@ func testRedisOutage(t *testing.T, client string) {
 	if got := metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
 		t.Errorf("breaker state after recovery = %v, want 0", got)
 	}
-	// Decisions come from Redis again: the full capacity of 10, counted in
-	// the new server.
-	d, err = svc.Check(ctx, service.Request{Descriptors: D{"user": "u0", "route": "/open"}})
-	if o := d.Limits[0]; err != nil || !d.Allowed || o.FailOpen || o.Limit != 10 || o.Remaining != 9 {
-		t.Errorf("after recovery: %s, %v; want allowed by Redis with 9 of 10 left (the restarted server is empty)", describe(d), err)
+	// Decisions come from Redis again, counted in the new server (empty),
+	// which first gets what was admitted locally. A call on a connection that
+	// died with the old server may still fail (a check or a write-back is
+	// never retried: it could charge twice), so the test waits for Redis to
+	// decide each user; a failed attempt is a fail-open denial (the local
+	// budget is spent) and charges nothing.
+	var allowedLocally [outageUsers]int
+	snapshot(func(u int, route string, tl tally) bool {
+		if route == "/open" {
+			allowedLocally[u] = tl.failOpenAllowed
+		}
+		return true
+	})
+	for u := range outageUsers {
+		var o service.Outcome
+		eventually(t, 10*time.Second, fmt.Sprintf("user %d decided by Redis", u), func() bool {
+			d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u" + strconv.Itoa(u), "route": "/open"}})
+			if err != nil || len(d.Limits) != 1 {
+				t.Fatalf("check after recovery: %s, %v", describe(d), err)
+			}
+			o = d.Limits[0]
+			return !o.FailOpen
+		})
+		// A write-back that failed is tried again, so it may be charged
+		// twice (denying early), never not at all.
+		written := int64(10 - 1 - allowedLocally[u]) // this check's 1 and the local ones
+		if o.Limit != 10 || !o.Allowed || o.Remaining > written ||
+			(o.Remaining != written && metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "failed") == 0) {
+			t.Errorf("user %d after recovery: %+v; want allowed by Redis with %d of 10 left (the %d admitted locally written back)", u, o, written, allowedLocally[u])
+		}
+	}
+	// Every local admission was written back.
+	if ok := metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "ok"); ok != failOpenAllowed {
+		t.Errorf("written back %v, want %v", ok, failOpenAllowed)
 	}
 	if n, err := srv.Do("DBSIZE"); err != nil || n == "0" {
 		t.Errorf("DBSIZE after recovery = %q, %v; want the budgets in Redis", n, err)

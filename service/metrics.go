@@ -19,6 +19,7 @@ type metrics struct {
 	storeErrors  prometheus.Counter
 	keyOverflow  *prometheus.CounterVec
 	keySpaceFull *prometheus.CounterVec
+	writeback    *prometheus.CounterVec
 	// outcomeUnknown counts plain checks whose store call failed after it
 	// may have been sent: each may or may not have charged.
 	outcomeUnknown prometheus.Counter
@@ -94,6 +95,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_store_outcome_unknown_total",
 			Help: "Checks whose store call timed out or failed once sent: each may or may not have been charged in the store (at most its cost).",
 		}),
+		writeback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_fail_open_writeback_total",
+			Help: "Cost admitted on a local fail-open budget, in the limit's units, by what became of it once the store answered: ok (charged to the store), failed (the charge failed: applied or not, unknown; kept and tried again), expired (the budget had refilled it meanwhile), evicted (forgotten to stay within the memory bound).",
+		}, []string{"limit", "result"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_config_reloads_total",
 			Help: "Configuration reloads by result (ok, error).",
@@ -106,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.outcomeUnknown, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -100,6 +100,9 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 	req := s.reserveRequest(id, checks)
 	var res *tokenlimit.Reservation
 	failed, err := s.call(ctx, opReserve, func(ctx context.Context) error {
+		if err := s.writeBack(ctx, checks); err != nil {
+			return err
+		}
 		var err error
 		res, err = s.limiter.ReserveWith(ctx, req)
 		return err
@@ -111,6 +114,9 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 		return Decision{}, err
 	case failed:
 		return s.failoverReserve(checks, req), nil
+	}
+	if res.Status().Admitted() || res.Status() == tokenlimit.Denied {
+		s.failOpen.remember(checks, res.Decision().Results, res.Decision().At, s.opts.Clock())
 	}
 	return reservationDecision(checks, res, false)
 }

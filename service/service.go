@@ -57,6 +57,11 @@ type Options struct {
 	// reservations waiting for the store to answer again; past it Settle
 	// fails with ErrTooManyReservations. Default 100,000.
 	MaxReservations int
+	// FailOpenKeys bounds the fail-open budgets whose last store answer
+	// (and cost admitted locally since) is remembered, to start their local
+	// budgets where the store left them; about 150 bytes plus the key each.
+	// Default 100,000.
+	FailOpenKeys int
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -65,7 +70,8 @@ type Service struct {
 	store      tokenlimit.StoreInfo
 	limiter    *tokenlimit.Limiter
 	local      *tokenlimit.Limiter // fail-open budgets while the store fails
-	localStore *memstore.Store     // local's store, asked whether it holds a reservation
+	localStore *memstore.Store     // local's store, asked whether it holds a reservation, seeded from the store's answers
+	failOpen   *failOpen
 	breaker    *breaker.Breaker
 	metrics    *metrics
 	log        *slog.Logger
@@ -103,6 +109,9 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
+	s.failOpen = newFailOpen(opts.FailOpenKeys, func(limit, result string, cost int64) {
+		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
+	})
 	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
 	s.breaker.OnChange(s.logBreaker)
 	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
@@ -136,7 +145,7 @@ func validate(o Options) error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"BreakerThreshold", o.BreakerThreshold}, {"MaxDescriptorLength", o.MaxDescriptorLength}, {"MaxReservations", o.MaxReservations}, {"LocalMaxKeys", o.LocalMaxKeys}} {
+	}{{"BreakerThreshold", o.BreakerThreshold}, {"MaxDescriptorLength", o.MaxDescriptorLength}, {"MaxReservations", o.MaxReservations}, {"LocalMaxKeys", o.LocalMaxKeys}, {"FailOpenKeys", o.FailOpenKeys}} {
 		if n.v < 0 {
 			return fmt.Errorf("service: New: %s must not be negative, got %d", n.name, n.v)
 		}
@@ -171,6 +180,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.MaxReservations == 0 {
 		o.MaxReservations = 100_000
+	}
+	if o.FailOpenKeys == 0 {
+		o.FailOpenKeys = 100_000
 	}
 	return o
 }

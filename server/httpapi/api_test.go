@@ -307,12 +307,13 @@ func TestStoreFailing(t *testing.T) {
 		t.Errorf("forward-auth while failing: %d %q", r.status, r.body)
 	}
 
-	// The fail-open limit is decided on the local budget.
+	// The fail-open limit is decided on the local budget, started where the
+	// store left it: 9 of 10 after the first check.
 	r = e.post("/v1/check", `{"descriptors": {"user": "a"}}`)
 	wantStatus(t, r, http.StatusOK)
 	wantHeaders(t, r, map[string]string{
-		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "9", "X-RateLimit-Reset": "1",
-		"RateLimit": `"open-budget";r=9;t=1`, "RateLimit-Policy": `"open-budget";q=10;w=10`,
+		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "8", "X-RateLimit-Reset": "2",
+		"RateLimit": `"open-budget";r=8;t=2`, "RateLimit-Policy": `"open-budget";q=10;w=10`,
 	})
 	if d := decodeDecision(t, r); len(d.Limits) != 1 || !d.Limits[0].FailOpen {
 		t.Fatalf("fail-open: %s", r.body)

@@ -1,0 +1,327 @@
+package service
+
+import (
+	"context"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/memstore"
+)
+
+// This file bounds what fail-open limits admit while the store fails. For
+// each fail-open budget the service remembers the last answer the store gave
+// (how much was left, and until when that answer says anything) and what
+// the local budget admitted since:
+//
+//   - when the store fails, the local budget of a key starts where the store
+//     left it, scaled by fail_open_share: remaining × share of the share's
+//     capacity, refilling from the time the store answered; with no answer
+//     remembered (or one past its reset) it starts whole, at share × limit;
+//   - once the store answers again, the cost admitted locally is charged to
+//     the store (written back) before the next call for that budget, so that
+//     after an outage the store counts what every replica admitted.
+//
+// Memory is bounded: at most Options.FailOpenKeys budgets are remembered;
+// an answer is forgotten once its budget would be whole again (the answer's
+// own reset) and nothing admitted locally waits to be written back, and past
+// the bound the entry whose usefulness ends first among a few sampled ones
+// is evicted (like Redis' sampled eviction).
+
+// failOpenShards spreads the remembered answers over locks.
+const failOpenShards = 64
+
+// evictionSamples entries are looked at to choose one to evict.
+const evictionSamples = 8
+
+// Write-back outcomes, the result label of tokenlimit_fail_open_writeback_total.
+const (
+	writebackOK      = "ok"      // charged to the store
+	writebackFailed  = "failed"  // the store call failed: kept, to be tried again
+	writebackExpired = "expired" // the budget would have refilled it by then
+	writebackEvicted = "evicted" // forgotten to stay within FailOpenKeys
+)
+
+// failOpen holds the remembered answers. It is safe for concurrent use.
+type failOpen struct {
+	hashSeed  maphash.Seed
+	perShard  int
+	pending   atomic.Int64 // entries with cost to write back
+	shards    [failOpenShards]failOpenShard
+	onDropped func(limit string, result string, cost int64)
+}
+
+type failOpenShard struct {
+	mu sync.Mutex
+	m  map[budgetKey]*budgetMemory
+}
+
+// budgetKey names one budget, as the stores do.
+type budgetKey struct {
+	key string
+	alg tokenlimit.Algorithm
+}
+
+// budgetMemory is what the service knows of one fail-open budget.
+type budgetMemory struct {
+	// The store's last answer: remaining of capacity at time at; whole again
+	// at reset. known is false for an entry made by a local admission alone.
+	known     bool
+	remaining int64
+	capacity  int64
+	at, reset time.Time
+	// seeded is set once the local budget has been started from this
+	// answer, so that it is started once per outage, not per request.
+	seeded bool
+	// Cost admitted locally and not yet written back, for limit (its name,
+	// for metrics); worthless after until, when the budget would have
+	// refilled it.
+	pending int64
+	limit   string
+	until   time.Time
+}
+
+// end is when the entry stops being useful.
+func (m *budgetMemory) end() time.Time {
+	if m.pending > 0 && m.until.After(m.reset) {
+		return m.until
+	}
+	return m.reset
+}
+
+func newFailOpen(maxKeys int, onDropped func(limit, result string, cost int64)) *failOpen {
+	f := &failOpen{hashSeed: maphash.MakeSeed(), perShard: max(1, maxKeys/failOpenShards), onDropped: onDropped}
+	for i := range f.shards {
+		f.shards[i].m = map[budgetKey]*budgetMemory{}
+	}
+	return f
+}
+
+func (f *failOpen) shard(k budgetKey) *failOpenShard {
+	return &f.shards[maphash.String(f.hashSeed, k.key)%failOpenShards]
+}
+
+func keyOf(c check) budgetKey { return budgetKey{key: c.item.Key, alg: c.item.Limit.Algorithm} }
+
+// entry returns k's entry in sh, making one (evicting if full) when create
+// is true; nil otherwise. The caller holds sh.mu.
+func (f *failOpen) entry(sh *failOpenShard, k budgetKey, create bool, now time.Time) *budgetMemory {
+	if m, ok := sh.m[k]; ok {
+		return m
+	}
+	if !create {
+		return nil
+	}
+	if len(sh.m) >= f.perShard {
+		f.evict(sh, now)
+	}
+	m := &budgetMemory{}
+	sh.m[k] = m
+	return m
+}
+
+// evict drops the sampled entry whose usefulness ends first. The caller
+// holds sh.mu.
+func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
+	var victim budgetKey
+	var vm *budgetMemory
+	n := 0
+	for k, m := range sh.m { // map iteration starts at a random entry
+		if vm == nil || m.end().Before(vm.end()) {
+			victim, vm = k, m
+		}
+		if n++; n == evictionSamples {
+			break
+		}
+	}
+	if vm == nil {
+		return
+	}
+	if vm.pending > 0 {
+		f.pending.Add(-1)
+		result := writebackEvicted
+		if !now.Before(vm.until) {
+			result = writebackExpired
+		}
+		f.onDropped(vm.limit, result, vm.pending)
+	}
+	delete(sh.m, victim)
+}
+
+// remember records the store's answers for the fail-open checks among
+// checks, decided at at.
+func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now time.Time) {
+	for i, c := range checks {
+		if !c.limit.FailOpen || c.limit.Shadow {
+			continue
+		}
+		k, r := keyOf(c), results[i]
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, true, now)
+		// Answers of concurrent calls arrive in any order: keep the latest,
+		// and of answers at the same time the one with less left.
+		if !m.known || at.After(m.at) || (at.Equal(m.at) && r.Remaining < m.remaining) || r.Limit != m.capacity {
+			m.known, m.seeded = true, false
+			m.remaining, m.capacity, m.at, m.reset = r.Remaining, r.Limit, at, at.Add(r.ResetAfter)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// seed starts the local budget of each of checks (fail-open, scaled to their
+// local share) from the store's last answer, once per outage: it resets the
+// local budget and charges it what the store had counted, scaled, at the
+// time the store answered. A budget with no answer remembered keeps its
+// local state (whole, if it never failed over).
+func (f *failOpen) seed(local *memstore.Store, checks []check, now time.Time) error {
+	for _, c := range checks {
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		err := f.seedOne(local, sh, k, c.item.Limit, now)
+		sh.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seedOne seeds one budget; the caller holds sh.mu, so that requests
+// failing over at once seed it once, and none decides on it half seeded.
+func (f *failOpen) seedOne(local *memstore.Store, sh *failOpenShard, k budgetKey, localLimit tokenlimit.Limit, now time.Time) error {
+	m := f.entry(sh, k, false, now)
+	if m == nil || !m.known || m.seeded {
+		return nil
+	}
+	m.seeded = true
+	if !now.Before(m.reset) {
+		m.remaining = m.capacity // whole again: the local budget starts whole
+	}
+	localCap := localLimit.Capacity()
+	// What was admitted locally and not yet written back is not in the
+	// store's answer: it still counts.
+	used := localCap - scaled(localCap, m.remaining, m.capacity) + m.pending
+	// A budget that fails over again keeps its local state when that has
+	// less left: the store's newer answer holds this replica's write-back
+	// but not what the other replicas admitted locally and have not yet
+	// written back, so seeding higher would hand out their shares again.
+	peek := []tokenlimit.Item{{Key: k.key, Limit: localLimit}}
+	cur := make([]tokenlimit.Result, 1)
+	if _, err := local.Check(context.Background(), now, peek, cur); err != nil {
+		return err
+	}
+	if localCap-cur[0].Remaining >= used {
+		return nil
+	}
+	if err := local.Reset(context.Background(), k.key, k.alg); err != nil {
+		return err
+	}
+	at := m.at
+	if at.After(now) { // the store's clock runs ahead of ours
+		at = now
+	}
+	adj := tokenlimit.Adjustment{Key: k.key, Limit: localLimit, Delta: used, ChargedAt: at}
+	return local.Adjust(context.Background(), at, []tokenlimit.Adjustment{adj})
+}
+
+// scaled returns ⌊localCap × remaining / capacity⌋ exactly, for 0 <=
+// remaining <= capacity.
+func scaled(localCap, remaining, capacity int64) int64 {
+	switch {
+	case remaining <= 0 || capacity <= 0:
+		return 0
+	case remaining >= capacity:
+		return localCap
+	}
+	hi, lo := bits.Mul64(uint64(localCap), uint64(remaining))
+	q, _ := bits.Div64(hi, lo, uint64(capacity))
+	return int64(q)
+}
+
+// admitted records what the local budget admitted for checks, to write back
+// to the store once it answers; until is when the local budget would be
+// whole again (nothing is written back after that). Concurrency slots are
+// not written back: the store releases them by their lease alone.
+func (f *failOpen) admitted(checks []check, results []tokenlimit.Result, at, now time.Time) {
+	for i, c := range checks {
+		if c.limit.Concurrency || c.item.Cost == 0 {
+			continue
+		}
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, true, now)
+		if m.pending == 0 {
+			f.pending.Add(1)
+		}
+		m.pending += c.item.Cost
+		m.limit = c.limit.Name
+		if until := at.Add(results[i].ResetAfter); until.After(m.until) {
+			m.until = until
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// takePending removes and returns the cost waiting to be written back for
+// checks, as adjustments charged at now, with the limit of each for
+// metrics. Budgets whose local charges would have refilled by now are
+// dropped and reported as expired.
+func (f *failOpen) takePending(checks []check, now time.Time) (adjs []tokenlimit.Adjustment, limits []string, untils []time.Time) {
+	if f.pending.Load() == 0 {
+		return nil, nil, nil
+	}
+	for _, c := range checks {
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, false, now)
+		var cost int64
+		var name string
+		var until time.Time
+		expired := false
+		if m != nil && m.pending > 0 {
+			cost, name, until, expired = m.pending, m.limit, m.until, !now.Before(m.until)
+			m.pending = 0
+			f.pending.Add(-1)
+		}
+		sh.mu.Unlock()
+		switch {
+		case cost == 0:
+		case expired:
+			f.onDropped(name, writebackExpired, cost)
+		default:
+			adjs = append(adjs, tokenlimit.Adjustment{Key: k.key, Limit: c.item.Limit, Delta: cost, ChargedAt: now})
+			limits = append(limits, name)
+			untils = append(untils, until)
+		}
+	}
+	return adjs, limits, untils
+}
+
+// putBack returns to the pending cost what a failed write-back took, to be
+// tried again with the next call: a call that failed may still have been
+// applied, and charging twice over-counts (denies early) where dropping it
+// would admit past the limit.
+func (f *failOpen) putBack(adjs []tokenlimit.Adjustment, limits []string, untils []time.Time, now time.Time) {
+	for i, a := range adjs {
+		k := budgetKey{key: a.Key, alg: a.Limit.Algorithm}
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, true, now)
+		if m.pending == 0 {
+			f.pending.Add(1)
+		}
+		m.pending += a.Delta
+		m.limit = limits[i]
+		if untils[i].After(m.until) {
+			m.until = untils[i]
+		}
+		sh.mu.Unlock()
+	}
+}
