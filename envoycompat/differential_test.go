@@ -399,11 +399,30 @@ func (p *pair) compare(t *testing.T, c diffCase) {
 			}
 			continue
 		}
+		if len(diffs) > 0 && windowsStartTogether(start) {
+			// A documented difference (docs/rls.md): envoyproxy/ratelimit's
+			// counter keys carry a window's start but not its unit, so
+			// budgets of one descriptor in two units share a counter while
+			// their windows start at the same second; tokenlimit keeps them
+			// apart.
+			for _, d := range diffs {
+				t.Logf("%s: differs while two units' windows start together (known): %s", c.name, d)
+			}
+			return
+		}
 		for _, d := range diffs {
 			t.Errorf("%s: %s", c.name, d)
 		}
 		return
 	}
+}
+
+// windowsStartTogether reports whether, at unix second sec, the current
+// windows of two of the units (second, minute, hour, day) start at the same
+// second: the first second of a minute, the first minute of an hour, the
+// first hour of a UTC day.
+func windowsStartTogether(sec int64) bool {
+	return sec%60 == 0 || sec%3600 < 60 || sec%86400 < 3600
 }
 
 // TestDifferential feeds envoyproxy/ratelimit and tokenlimit serve
