@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
@@ -30,7 +31,7 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 			d = s.failover(p.enforced)
 		default:
 			d.Allowed, d.At = td.Allowed, td.At
-			d.Limits = outcomes(p.enforced, td.Results, false)
+			d.Limits = fillOutcomes(td.outcomes, p.enforced, td.Results, false)
 			if !td.Allowed {
 				s.overLimit.record(p.enforced, td.Results, s.opts.Clock())
 			}
@@ -48,7 +49,7 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 				return Decision{}, err
 			}
 			if !failed {
-				d.Limits = append(d.Limits, outcomes([]check{c}, td.Results, false)...)
+				d.Limits = append(d.Limits, fillOutcomes(td.outcomes, []check{c}, td.Results, false)...)
 			}
 		}
 	}
@@ -56,7 +57,12 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 }
 
 func outcomes(checks []check, results []tokenlimit.Result, failOpen bool) []Outcome {
-	out := make([]Outcome, len(checks))
+	return fillOutcomes(make([]Outcome, len(checks)), checks, results, failOpen)
+}
+
+// fillOutcomes sets out[i] to the outcome of checks[i] with results[i], and
+// returns out.
+func fillOutcomes(out []Outcome, checks []check, results []tokenlimit.Result, failOpen bool) []Outcome {
 	for i, c := range checks {
 		out[i] = Outcome{
 			Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
@@ -67,11 +73,32 @@ func outcomes(checks []check, results []tokenlimit.Result, failOpen bool) []Outc
 }
 
 func items(checks []check) []tokenlimit.Item {
-	out := make([]tokenlimit.Item, len(checks))
+	return fillItems(make([]tokenlimit.Item, len(checks)), checks)
+}
+
+func fillItems(out []tokenlimit.Item, checks []check) []tokenlimit.Item {
 	for i, c := range checks {
 		out[i] = c.item
 	}
 	return out
+}
+
+// storeCall holds what one store check of one limit needs, the common case,
+// in one allocation: the item, its result and the outcome reported.
+type storeCall struct {
+	items    [1]tokenlimit.Item
+	results  [1]tokenlimit.Result
+	outcomes [1]Outcome
+}
+
+// callBuffers returns the items (filled from checks), the results and the
+// outcomes of a store check of checks.
+func callBuffers(checks []check) ([]tokenlimit.Item, []tokenlimit.Result, []Outcome) {
+	if len(checks) == 1 {
+		b := new(storeCall)
+		return fillItems(b.items[:], checks), b.results[:], b.outcomes[:]
+	}
+	return items(checks), make([]tokenlimit.Result, len(checks)), make([]Outcome, len(checks))
 }
 
 // checkStore checks checks on the store through the breaker and timeout.
@@ -80,19 +107,41 @@ func items(checks []check) []tokenlimit.Item {
 // context's error), or a full store (matching tokenlimit.ErrStoreFull: the
 // store is healthy but has no room for a new key), none of which is a store
 // failure.
-func (s *Service) checkStore(ctx context.Context, checks []check) (d tokenlimit.Decision, failed bool, err error) {
+func (s *Service) checkStore(ctx context.Context, checks []check) (d storeDecision, failed bool, err error) {
+	items, results, outs := callBuffers(checks)
 	failed, err = s.call(ctx, opCheck, func(ctx context.Context) error {
 		if err := s.writeBack(ctx, checks); err != nil {
 			return err
 		}
-		var err error
-		d, err = s.limiter.Check(ctx, items(checks)...)
-		return err
+		at, err := s.opts.Store.Check(ctx, s.opts.Clock(), items, results)
+		if err != nil {
+			return fmt.Errorf("tokenlimit: check: %w", err)
+		}
+		d = storeDecision{Allowed: allAllowed(results), At: at, Results: results, outcomes: outs}
+		return nil
 	})
 	if !failed && err == nil {
 		s.failOpen.remember(checks, d.Results, d.At, s.opts.Clock())
 	}
 	return d, failed, err
+}
+
+// storeDecision is the store's answer to a check, with room for the
+// outcomes the service reports from it.
+type storeDecision struct {
+	Allowed  bool
+	At       time.Time
+	Results  []tokenlimit.Result
+	outcomes []Outcome
+}
+
+func allAllowed(results []tokenlimit.Result) bool {
+	for _, r := range results {
+		if !r.Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // writeBack charges the store what fail-open budgets among checks admitted

@@ -34,10 +34,9 @@ func compile(cfg *config.Config, version int64, old *ruleset) *ruleset {
 
 // check is one limit to decide for one request.
 type check struct {
-	limit       *config.Limit
-	request     int
-	item        tokenlimit.Item
-	descriptors map[string]string // the request's, enriched
+	limit   *config.Limit
+	request int
+	item    tokenlimit.Item
 }
 
 // plan holds the checks of one service call, split into enforced and shadow.
@@ -82,7 +81,7 @@ func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 			}
 			limit, suffix := effective(rules.cfg, l, desc, now)
 			key = s.boundKey(rules, l, key, suffix, limit, now, take)
-			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}, descriptors: desc}
+			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}}
 			if l.Shadow {
 				p.shadow = append(p.shadow, c)
 			} else {
@@ -118,8 +117,13 @@ func (s *Service) validate(i int, r Request) error {
 }
 
 // enrich adds what the configuration knows of the request's api key (user,
-// tenant, plan) and the default plan, without overriding given descriptors.
+// tenant, plan) and the default plan, without overriding given descriptors,
+// and drops empty values. The result must not be modified: when there is
+// nothing to add or drop it is d itself.
 func enrich(cfg *config.Config, d map[string]string) map[string]string {
+	if !needsEnrich(cfg, d) {
+		return d
+	}
 	out := make(map[string]string, len(d)+3)
 	for k, v := range d {
 		if v != "" {
@@ -133,6 +137,20 @@ func enrich(cfg *config.Config, d map[string]string) map[string]string {
 	}
 	setIfEmpty(out, "plan", cfg.DefaultPlan)
 	return out
+}
+
+// needsEnrich reports whether enrich would change d: it has an empty value,
+// a known api key, or no plan while the configuration has a default one.
+func needsEnrich(cfg *config.Config, d map[string]string) bool {
+	for _, v := range d {
+		if v == "" {
+			return true
+		}
+	}
+	if _, ok := cfg.APIKeys[d["api_key"]]; ok && d["api_key"] != "" {
+		return true
+	}
+	return cfg.DefaultPlan != "" && d["plan"] == ""
 }
 
 func setIfEmpty(d map[string]string, k, v string) {
@@ -155,18 +173,41 @@ func applies(l *config.Limit, d map[string]string, hashTag string) (string, bool
 			return "", false
 		}
 	}
-	var sb strings.Builder
-	if hashTag != "" && slices.Contains(l.Key, hashTag) {
-		if _, ok := d[hashTag]; ok {
-			sb.WriteString("{" + hashTag + "=" + keyValue(hashTag, d[hashTag]) + "}|")
-		}
-	}
-	sb.WriteString(l.Name)
+	// The values, escaped, are gathered first so that the key is built in
+	// one allocation of its exact size.
+	var buf [8]string
+	values := buf[:0]
+	size := len(l.Name)
 	for _, dim := range l.Key {
-		if _, ok := d[dim]; !ok {
+		v, ok := d[dim]
+		if !ok {
 			return "", false
 		}
-		sb.WriteString("|" + dim + "=" + keyValue(dim, d[dim]))
+		v = keyValue(dim, v)
+		values = append(values, v)
+		size += 2 + len(dim) + len(v)
+	}
+	tag := -1
+	if hashTag != "" {
+		if tag = slices.Index(l.Key, hashTag); tag >= 0 {
+			size += 3 + len(hashTag) + len(values[tag])
+		}
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	if tag >= 0 {
+		sb.WriteByte('{')
+		sb.WriteString(hashTag)
+		sb.WriteByte('=')
+		sb.WriteString(values[tag])
+		sb.WriteString("}|")
+	}
+	sb.WriteString(l.Name)
+	for i, dim := range l.Key {
+		sb.WriteByte('|')
+		sb.WriteString(dim)
+		sb.WriteByte('=')
+		sb.WriteString(values[i])
 	}
 	return sb.String(), true
 }

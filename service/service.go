@@ -361,8 +361,10 @@ type Decision struct {
 // Tightest returns the enforced outcome that constrains the request most (see
 // tokenlimit.Decision.Tightest), for rate-limit headers; false if none.
 func (d Decision) Tightest() (Outcome, bool) {
-	var results []tokenlimit.Result
-	var index []int
+	// Small arrays keep the usual few limits off the heap.
+	var resultsBuf [8]tokenlimit.Result
+	var indexBuf [8]int
+	results, index := resultsBuf[:0], indexBuf[:0]
 	for i, o := range d.Limits {
 		if !o.Shadow {
 			results = append(results, o.Result)

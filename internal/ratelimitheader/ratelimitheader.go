@@ -89,6 +89,13 @@ func (f Fields) Pairs() []Pair {
 	return p
 }
 
+// Render writes f's header values into values and returns their canonical
+// names and count, in the order of Pairs: what Pairs returns, without
+// allocating the pairs. The values share one string, the one allocation.
+func (f Fields) Render(values *[6]string) (names *[6]string, n int) {
+	return f.render(values)
+}
+
 // SetHTTP sets f's headers in h. Keys are set directly, already canonical
 // (http.Header.Set would canonicalise each name again on every answer), and
 // the values share one backing array.

@@ -16,9 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -70,8 +73,9 @@ func Register(s *grpc.Server, svc *service.Service, opts Options) error {
 
 type server struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	svc *service.Service
-	log *slog.Logger
+	svc    *service.Service
+	log    *slog.Logger
+	limits limitCache
 }
 
 var _ rlspb.RateLimitServiceServer = (*server)(nil)
@@ -98,7 +102,7 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		s.log.Debug("rls: unavailable", "reason", msg)
 		return nil, status.Error(codes.Unavailable, msg)
 	}
-	return response(d, policies, len(reqs)), nil
+	return response(d, policies, len(reqs), &s.limits), nil
 }
 
 func (s *server) checkError(ctx context.Context, err error) error {
@@ -197,49 +201,129 @@ func unavailable(d service.Decision) []string {
 }
 
 // response builds the answer: one status per descriptor from the enforced
-// limits it selected, and the rate-limit headers of the tightest limit.
-func response(d service.Decision, policies []service.Policy, n int) *rlspb.RateLimitResponse {
-	resp := &rlspb.RateLimitResponse{
-		OverallCode: rlspb.RateLimitResponse_OK,
-		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, n),
-	}
+// limits it selected, and the rate-limit headers of the tightest limit. The
+// messages of one answer are allocated together (answerBlock), and the
+// current_limit of each limit comes from limits, built once per limit.
+func response(d service.Decision, policies []service.Policy, n int, limits *limitCache) *rlspb.RateLimitResponse {
+	resp, statuses, durations, headers := newAnswer(n)
+	resp.OverallCode = rlspb.RateLimitResponse_OK
 	if !d.Allowed {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	byRequest := make([][]int, n) // indexes into d.Limits of each descriptor's enforced limits
-	for i, o := range d.Limits {
-		if !o.Shadow && o.Request >= 0 && o.Request < n {
-			byRequest[o.Request] = append(byRequest[o.Request], i)
-		}
-	}
-	for r := range resp.Statuses {
-		resp.Statuses[r] = descriptorStatus(d, policies, byRequest[r])
+	for r := range statuses {
+		st := &statuses[r]
+		descriptorStatus(st, &durations[r], d, policies, r, limits)
+		resp.Statuses[r] = st
 	}
 	if t, ok := d.Tightest(); ok {
-		resp.ResponseHeadersToAdd = headers(t, policyOf(d, policies, t), !d.Allowed)
+		resp.ResponseHeadersToAdd = fillHeaders(headers, t, policyOf(d, policies, t), !d.Allowed)
 	}
 	return resp
 }
 
-func descriptorStatus(d service.Decision, policies []service.Policy, limits []int) *rlspb.RateLimitResponse_DescriptorStatus {
-	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-	if len(limits) == 0 {
-		return st
+// answerBlock holds the messages of an answer with one descriptor, the
+// common case, in one allocation.
+type answerBlock struct {
+	resp       rlspb.RateLimitResponse
+	statusPtrs [1]*rlspb.RateLimitResponse_DescriptorStatus
+	statuses   [1]rlspb.RateLimitResponse_DescriptorStatus
+	durations  [1]durationpb.Duration
+	headers    headerBlock
+}
+
+// headerBlock holds the rate-limit headers of an answer.
+type headerBlock struct {
+	ptrs   [6]*corepb.HeaderValue
+	values [6]corepb.HeaderValue
+}
+
+// newAnswer returns an empty answer for n descriptors, its n statuses (to
+// fill, then point Statuses at), a duration for each and room for the
+// headers.
+func newAnswer(n int) (*rlspb.RateLimitResponse, []rlspb.RateLimitResponse_DescriptorStatus, []durationpb.Duration, *headerBlock) {
+	if n == 1 {
+		b := new(answerBlock)
+		b.resp.Statuses = b.statusPtrs[:]
+		return &b.resp, b.statuses[:], b.durations[:], &b.headers
 	}
-	sub := service.Decision{Allowed: true, Limits: make([]service.Outcome, len(limits))}
-	for k, i := range limits {
-		sub.Limits[k] = d.Limits[i]
-		if !d.Limits[i].Allowed {
+	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}
+	return resp, make([]rlspb.RateLimitResponse_DescriptorStatus, n), make([]durationpb.Duration, n), new(headerBlock)
+}
+
+// descriptorStatus fills st, the status of descriptor r: OK when no enforced
+// limit selected it, otherwise over the limit if one of them denied, and
+// the current limit, remaining and reset of the tightest of them (dur
+// holds the reset).
+func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration, d service.Decision, policies []service.Policy, r int, limits *limitCache) {
+	st.Code = rlspb.RateLimitResponse_OK
+	var buf [4]service.Outcome // the usual few limits stay off the heap
+	sub := service.Decision{Allowed: true, Limits: buf[:0]}
+	for _, o := range d.Limits {
+		if o.Shadow || o.Request != r {
+			continue
+		}
+		sub.Limits = append(sub.Limits, o)
+		if !o.Allowed {
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 			sub.Allowed = false
 		}
 	}
+	if len(sub.Limits) == 0 {
+		return
+	}
 	t, _ := sub.Tightest()
-	pol := policyOf(d, policies, t)
-	st.CurrentLimit = currentLimit(t.Name, pol)
+	st.CurrentLimit = limits.get(t.Name, policyOf(d, policies, t))
 	st.LimitRemaining = clamp32(t.Remaining)
-	st.DurationUntilReset = durationpb.New(t.ResetAfter)
-	return st
+	dur.Seconds, dur.Nanos = int64(t.ResetAfter/time.Second), int32(t.ResetAfter%time.Second)
+	st.DurationUntilReset = dur
+}
+
+// limitCache holds the current_limit message of each limit, built once:
+// answers share them, which is safe as they are never modified once built
+// (marshalling only reads them). It is safe for concurrent use: readers
+// load an immutable map, and a new limit replaces the map with a copy.
+type limitCache struct {
+	mu sync.Mutex // serializes adding limits
+	m  atomic.Pointer[map[limitID]*rlspb.RateLimitResponse_RateLimit]
+}
+
+// limitID names one limit's current_limit.
+type limitID struct {
+	name   string
+	policy service.Policy
+}
+
+// limitCacheMax bounds the cached limits. They come from the configuration
+// (api-key overrides and calendar windows included), so only reloads that
+// keep changing limits could reach it; past it, messages are built per
+// answer.
+const limitCacheMax = 4096
+
+// get returns the current_limit of the limit named name with policy p.
+func (c *limitCache) get(name string, p service.Policy) *rlspb.RateLimitResponse_RateLimit {
+	id := limitID{name, p}
+	if m := c.m.Load(); m != nil {
+		if rl, ok := (*m)[id]; ok {
+			return rl
+		}
+	}
+	rl := currentLimit(name, p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil && len(*old) >= limitCacheMax {
+		return rl
+	}
+	m := make(map[limitID]*rlspb.RateLimitResponse_RateLimit, 1)
+	if old != nil {
+		if cached, ok := (*old)[id]; ok {
+			return cached
+		}
+		m = maps.Clone(*old)
+	}
+	m[id] = rl
+	c.m.Store(&m)
+	return rl
 }
 
 // Units of RateLimitResponse.RateLimit, longest first. MONTH only describes
@@ -295,17 +379,39 @@ func policyOf(d service.Decision, policies []service.Policy, t service.Outcome) 
 	return service.Policy{}
 }
 
-// headers are the rate-limit headers of the tightest limit, as package
-// ratelimitheader renders them for every transport (X-RateLimit-*, the IETF
-// RateLimit and RateLimit-Policy fields, and retry-after when denied and
-// waiting can help), with lower-case names as HTTP/2 writes them.
-func headers(t service.Outcome, pol service.Policy, denied bool) []*corepb.HeaderValue {
-	pairs := ratelimitheader.Of(t.Name, t.Result, denied, pol.Window).Pairs()
-	h := make([]*corepb.HeaderValue, len(pairs))
-	for i, p := range pairs {
-		h[i] = &corepb.HeaderValue{Key: strings.ToLower(p.Name), Value: p.Value}
+// fillHeaders fills b with the rate-limit headers of the tightest limit, as
+// package ratelimitheader renders them for every transport (X-RateLimit-*,
+// the IETF RateLimit and RateLimit-Policy fields, and retry-after when
+// denied and waiting can help), with lower-case names as HTTP/2 writes
+// them, and returns them.
+func fillHeaders(b *headerBlock, t service.Outcome, pol service.Policy, denied bool) []*corepb.HeaderValue {
+	var values [6]string
+	names, n := ratelimitheader.Of(t.Name, t.Result, denied, pol.Window).Render(&values)
+	for i := range n {
+		b.values[i].Key, b.values[i].Value = lowerName(names[i]), values[i]
+		b.ptrs[i] = &b.values[i]
 	}
-	return h
+	return b.ptrs[:n]
+}
+
+// lowerName is a canonical header name of package ratelimitheader in lower
+// case, without allocating for the names it renders.
+func lowerName(name string) string {
+	switch name {
+	case ratelimitheader.RetryAfter:
+		return "retry-after"
+	case ratelimitheader.XRateLimitLimit:
+		return "x-ratelimit-limit"
+	case ratelimitheader.XRateLimitRemaining:
+		return "x-ratelimit-remaining"
+	case ratelimitheader.XRateLimitReset:
+		return "x-ratelimit-reset"
+	case ratelimitheader.RateLimit:
+		return "ratelimit"
+	case ratelimitheader.RateLimitPolicy:
+		return "ratelimit-policy"
+	}
+	return strings.ToLower(name)
 }
 
 func clamp32(v int64) uint32 {

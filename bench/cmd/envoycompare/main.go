@@ -58,6 +58,7 @@ type options struct {
 	slices                   int
 	scenarios                []string
 	conns                    int
+	cpuProfile               string
 }
 
 func main() {
@@ -82,6 +83,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.slices, "slices", 2, "slices per service per run")
 	fs.IntVar(&o.conns, "conns", 4, "gRPC connections the callers share (per service)")
 	fs.StringVar(&scenarios, "scenarios", "admitted,over", "scenarios: admitted, over")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write tokenlimit's CPU profile over each scenario's measured runs to this file, suffixed with the scenario's name")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -133,6 +135,7 @@ type service struct {
 	name    string
 	grpc    string
 	metrics string // tokenlimit's /metrics address; empty for envoy
+	pprof   string // tokenlimit's /debug/pprof address, with -cpuprofile
 	pid     int
 	stop    func()
 }
@@ -220,6 +223,7 @@ func runScenario(o options, sc scenario, bin, tmp string) error {
 		load(context.Background(), callers[i], o.callers, sc.users, time.Second)
 	}
 	runs := make([][]tally, len(svcs))
+	profiled := startProfile(o, ours, sc.name)
 	for range o.runs {
 		sums := make([]tally, len(svcs))
 		for range o.slices {
@@ -235,8 +239,37 @@ func runScenario(o options, sc scenario, bin, tmp string) error {
 			runs[i] = append(runs[i], sums[i])
 		}
 	}
+	if err := profiled(); err != nil {
+		return err
+	}
 	report(sc, svcs, runs)
 	return nil
+}
+
+// startProfile starts taking s's CPU profile for about as long as the
+// measured runs take, with -cpuprofile; the function it returns waits for
+// the profile and writes it to the file named by -cpuprofile, suffixed
+// with the scenario's name.
+func startProfile(o options, s *service, scenario string) func() error {
+	if o.cpuProfile == "" || s.pprof == "" {
+		return func() error { return nil }
+	}
+	secs := max(1, int((time.Duration(2*o.runs*o.slices) * o.slice).Seconds()))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, secs))
+		if err != nil {
+			done <- fmt.Errorf("cpu profile: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(o.cpuProfile+"."+scenario, b, 0o644)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
 }
 
 func (t *tally) add(o tally) {
@@ -383,13 +416,18 @@ func startOurs(o options, sc scenario, bin, dir, redisAddr string) (*service, er
 	if o.storeTimeout > 0 {
 		args = append(args, "--store-timeout", o.storeTimeout.String())
 	}
+	pprofAddr := ""
+	if o.cpuProfile != "" {
+		pprofAddr = freeAddr()
+		args = append(args, "--pprof-listen", pprofAddr)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	s, err := start("tokenlimit", cmd, grpcAddr)
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = httpAddr
+	s.metrics, s.pprof = httpAddr, pprofAddr
 	return s, nil
 }
 
