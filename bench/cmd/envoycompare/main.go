@@ -187,6 +187,7 @@ type tally struct {
 	serviceCPU, redisCPU       time.Duration
 	redisCalls, scriptCalls    int64
 	fallback                   int64 // tokenlimit decisions by a failure mode
+	mallocs                    int64 // the service's heap allocations (go_memstats_mallocs_total); -1 unknown
 	firstErr                   error
 }
 
@@ -246,30 +247,39 @@ func runScenario(o options, sc scenario, bin, tmp string) error {
 	return nil
 }
 
-// startProfile starts taking s's CPU profile for about as long as the
-// measured runs take, with -cpuprofile; the function it returns waits for
-// the profile and writes it to the file named by -cpuprofile, suffixed
-// with the scenario's name.
+// startProfile starts taking s's CPU and allocation profiles for about as
+// long as the measured runs take, with -cpuprofile; the function it returns
+// waits for them and writes them to the files named by -cpuprofile,
+// suffixed with the scenario's name (and ".allocs").
 func startProfile(o options, s *service, scenario string) func() error {
 	if o.cpuProfile == "" || s.pprof == "" {
 		return func() error { return nil }
 	}
-	secs := max(1, int((time.Duration(2*o.runs*o.slices) * o.slice).Seconds()))
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, secs))
-		if err != nil {
-			done <- fmt.Errorf("cpu profile: %w", err)
-			return
+	secs := max(1, int((time.Duration(2*o.runs*o.slices)*o.slice).Seconds()))
+	profiles := map[string]string{"profile": o.cpuProfile + "." + scenario, "allocs": o.cpuProfile + "." + scenario + ".allocs"}
+	done := make(chan error, len(profiles))
+	for name, file := range profiles {
+		go func() {
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", s.pprof, name, secs))
+			if err != nil {
+				done <- fmt.Errorf("%s profile: %w", name, err)
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(file, b, 0o644)
+			}
+			done <- err
+		}()
+	}
+	return func() error {
+		var errs []error
+		for range profiles {
+			errs = append(errs, <-done)
 		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(o.cpuProfile+"."+scenario, b, 0o644)
-		}
-		done <- err
-	}()
-	return func() error { return <-done }
+		return errors.Join(errs...)
+	}
 }
 
 func (t *tally) add(o tally) {
@@ -283,6 +293,12 @@ func (t *tally) add(o tally) {
 	t.redisCalls += o.redisCalls
 	t.scriptCalls += o.scriptCalls
 	t.fallback += o.fallback
+	if t.mallocs >= 0 {
+		t.mallocs += o.mallocs
+	}
+	if o.mallocs < 0 {
+		t.mallocs = -1
+	}
 	if t.firstErr == nil {
 		t.firstErr = o.firstErr
 	}
@@ -294,7 +310,7 @@ func measure(s *service, redis *redisserver.Server, call func(context.Context, i
 	if err != nil {
 		return tally{}, err
 	}
-	fb0 := fallbacks(s)
+	fb0, m0 := scrape(s)
 	svc0, _ := cpuTime(s.pid)
 	red0, _ := cpuTime(redis.Pid())
 	t := load(context.Background(), call, o.callers, users, o.slice)
@@ -307,7 +323,11 @@ func measure(s *service, redis *redisserver.Server, call func(context.Context, i
 	t.serviceCPU, t.redisCPU = svc1-svc0, red1-red0
 	t.redisCalls = calls1 - calls0 - 1 // the INFO of the first reading
 	t.scriptCalls = scripts1 - scripts0
-	t.fallback = fallbacks(s) - fb0
+	fb1, m1 := scrape(s)
+	t.fallback, t.mallocs = fb1-fb0, m1-m0
+	if m0 < 0 || m1 < 0 {
+		t.mallocs = -1
+	}
 	return t, nil
 }
 
@@ -379,28 +399,34 @@ func redisCalls(s *redisserver.Server) (total, scripts int64, err error) {
 	return total, scripts, nil
 }
 
-// fallbacks is tokenlimit's count of decisions made by a failure mode
-// instead of Redis, from /metrics; 0 for envoy.
-func fallbacks(s *service) int64 {
+// scrape reads s's /metrics: tokenlimit's count of decisions made by a
+// failure mode instead of Redis (0 for envoy), and the process's heap
+// allocations so far (go_memstats_mallocs_total; -1 if not exported).
+func scrape(s *service) (fallback, mallocs int64) {
+	mallocs = -1
 	if s.metrics == "" {
-		return 0
+		return 0, mallocs
 	}
 	resp, err := http.Get("http://" + s.metrics + "/metrics")
 	if err != nil {
-		return 0
+		return 0, mallocs
 	}
 	defer resp.Body.Close()
-	var n int64
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "tokenlimit_decisions_total{") && (strings.Contains(line, "fail_open") || strings.Contains(line, "fail_closed")) {
-			f := strings.Fields(line)
+		f := strings.Fields(line)
+		switch {
+		case len(f) < 2:
+		case strings.HasPrefix(line, "tokenlimit_decisions_total{") && (strings.Contains(line, "fail_open") || strings.Contains(line, "fail_closed")):
 			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			n += int64(v)
+			fallback += int64(v)
+		case f[0] == "go_memstats_mallocs_total":
+			v, _ := strconv.ParseFloat(f[1], 64)
+			mallocs = int64(v)
 		}
 	}
-	return n
+	return fallback, mallocs
 }
 
 func startOurs(o options, sc scenario, bin, dir, redisAddr string) (*service, error) {
@@ -439,7 +465,7 @@ func startEnvoy(o options, sc scenario, dir, redisAddr string) (*service, error)
 	if err := os.WriteFile(filepath.Join(conf, "bench.yaml"), []byte(sc.envoy), 0o644); err != nil {
 		return nil, err
 	}
-	grpcAddr := freeAddr()
+	grpcAddr, promAddr := freeAddr(), freeAddr()
 	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
 	cmd := exec.Command(o.envoy)
 	cmd.Env = append(os.Environ(),
@@ -449,12 +475,17 @@ func startEnvoy(o options, sc scenario, dir, redisAddr string) (*service, error)
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(freeAddr()), "LOG_LEVEL=warn",
 		// Without statsd its stats go to a logging sink that writes a line
 		// per observation; Prometheus is what tokenlimit serves too.
-		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+freeAddr())
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr)
 	if sc.cached {
 		cmd.Env = append(cmd.Env, "LOCAL_CACHE_SIZE_IN_BYTES=16777216")
 	}
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	return start("envoyproxy/ratelimit", cmd, grpcAddr)
+	s, err := start("envoyproxy/ratelimit", cmd, grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = promAddr
+	return s, nil
 }
 
 // start runs cmd and waits until grpcAddr accepts connections.
@@ -580,10 +611,11 @@ func quantile(lat []time.Duration, q float64) time.Duration {
 // row is one service's medians in one scenario.
 type row struct {
 	rate, p50, p99, svcCPU, redisCPU, calls, scripts, allowed, fallback, errors float64
+	mallocs                                                                     float64 // -1 unknown
 }
 
 func medians(runs []tally) row {
-	var r [10][]float64
+	var r [11][]float64
 	for _, t := range runs {
 		d := float64(max(t.decisions, 1))
 		r[0] = append(r[0], float64(t.decisions)/t.elapsed.Seconds())
@@ -596,21 +628,29 @@ func medians(runs []tally) row {
 		r[7] = append(r[7], float64(t.fallback))
 		r[8] = append(r[8], float64(t.errors))
 		r[9] = append(r[9], float64(t.scriptCalls)/d)
+		r[10] = append(r[10], float64(t.mallocs)/d)
+		if t.mallocs < 0 {
+			r[10][len(r[10])-1] = -1
+		}
 	}
-	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8])}
+	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8]), median(r[10])}
 }
 
 func report(sc scenario, svcs []*service, runs [][]tally) {
 	fmt.Printf("## Scenario %s (%d users)\n\n", sc.name, sc.users)
-	fmt.Println("| service | decisions/s | p50 | p99 | service CPU/decision | redis CPU/decision | Redis commands/decision (of them script calls) | allowed | failure-mode decisions | errors |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| service | decisions/s | p50 | p99 | service CPU/decision | redis CPU/decision | Redis commands/decision (of them script calls) | allowed | failure-mode decisions | errors | service heap allocations/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	rows := make([]row, len(svcs))
 	for i, s := range svcs {
 		r := medians(runs[i])
 		rows[i] = r
-		fmt.Printf("| %s | %.1fk | %s | %s | %.1f µs | %.1f µs | %.3f (%.3f) | %.1f%% | %.0f | %.0f |\n", s.name, r.rate/1000,
+		allocs := "–"
+		if r.mallocs >= 0 {
+			allocs = fmt.Sprintf("%.1f", r.mallocs)
+		}
+		fmt.Printf("| %s | %.1fk | %s | %s | %.1f µs | %.1f µs | %.3f (%.3f) | %.1f%% | %.0f | %.0f | %s |\n", s.name, r.rate/1000,
 			time.Duration(r.p50).Round(time.Microsecond), time.Duration(r.p99).Round(time.Microsecond),
-			r.svcCPU/1000, r.redisCPU/1000, r.calls, r.scripts, 100*r.allowed, r.fallback, r.errors)
+			r.svcCPU/1000, r.redisCPU/1000, r.calls, r.scripts, 100*r.allowed, r.fallback, r.errors, allocs)
 		if runs[i][0].firstErr != nil {
 			fmt.Printf("\nfirst error of %s: %v\n\n", s.name, runs[i][0].firstErr)
 		}
