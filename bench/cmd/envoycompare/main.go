@@ -255,7 +255,7 @@ func startProfile(o options, s *service, scenario string) func() error {
 	if o.cpuProfile == "" || s.pprof == "" {
 		return func() error { return nil }
 	}
-	secs := max(1, int((time.Duration(2*o.runs*o.slices)*o.slice).Seconds()))
+	secs := max(1, int((time.Duration(2*o.runs*o.slices) * o.slice).Seconds()))
 	profiles := map[string]string{"profile": o.cpuProfile + "." + scenario, "allocs": o.cpuProfile + "." + scenario + ".allocs"}
 	done := make(chan error, len(profiles))
 	for name, file := range profiles {
