@@ -215,7 +215,7 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
 			args = appendParams(args, it.Limit, it.Cost)
 		}
 	}
-	reply, err := s.run(ctx, s.checkBatch, keys, args)
+	reply, err := s.run(ctx, checkBatch, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
 	}

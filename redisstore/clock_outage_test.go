@@ -197,19 +197,27 @@ func TestNaiveGetThenIncrOverAdmits(t *testing.T) {
 	}
 }
 
-// TestRestartRecoversWithoutActionGoRedis: a Redis restart loses the data
-// and the script cache; the next check succeeds anyway, reloading the script
-// after NOSCRIPT, and sees fresh budgets.
+// TestRestartRecoversWithoutActionGoRedis: a Redis restart loses the data,
+// the script cache and the functions; the next check succeeds anyway,
+// reloading the code (FUNCTION LOAD, or EVAL after NOSCRIPT), and sees
+// fresh budgets.
 func TestRestartRecoversWithoutActionGoRedis(t *testing.T) {
 	t.Parallel()
-	testRestartRecovers(t, func(t *testing.T, addr string) redisstore.Scripter {
-		return goredisclient.New(goRedisClient(t, addr))
-	})
+	for _, path := range codePaths {
+		t.Run(path.name, func(t *testing.T) {
+			testRestartRecovers(t, path.call, path.reload, 1+path.missed, func(t *testing.T, addr string) *redisstore.Store {
+				return path.wrap(newStore(t, goredisclient.New(goRedisClient(t, addr)), redisstore.Options{Prefix: newPrefix()}))
+			})
+		})
+	}
 }
 
-func testRestartRecovers(t *testing.T, dial func(t *testing.T, addr string) redisstore.Scripter) {
+// testRestartRecovers runs the restart on a store that runs its code with
+// call (fcall or evalsha) and reloads it with reload; runs is how many
+// calls commandstats counts for the first check after the restart.
+func testRestartRecovers(t *testing.T, call, reload string, runs int, open func(t *testing.T, addr string) *redisstore.Store) {
 	srv := redistest.Start(t)
-	st := newStore(t, dial(t, srv.Addr()), redisstore.Options{Prefix: newPrefix()})
+	st := open(t, srv.Addr())
 	lim, err := tokenlimit.NewLimiter(st)
 	if err != nil {
 		t.Fatal(err)
@@ -230,14 +238,14 @@ func testRestartRecovers(t *testing.T, dial func(t *testing.T, addr string) redi
 		t.Errorf("first check after the restart: %+v, want allowed with 9 left (the data was lost)", r)
 	}
 	calls := commandCalls(t, srv)
-	if calls["eval"] != 1 {
-		t.Errorf("after the restart: %d EVAL calls, want 1 (the NOSCRIPT reload); commandstats %v", calls["eval"], calls)
+	if calls[reload] != 1 || calls[call] != runs {
+		t.Errorf("after the restart: %d %s and %d %s calls, want %d and 1 (the reload); commandstats %v", calls[call], call, calls[reload], reload, runs, calls)
 	}
 	if r, err := lim.AllowN(ctx, "k", l, 1); err != nil || r.Remaining != 8 {
 		t.Errorf("second check after the restart: %+v, %v; want 8 left", r, err)
 	}
-	if calls := commandCalls(t, srv); calls["eval"] != 1 {
-		t.Errorf("the script was loaded again: %d EVAL calls, want 1", calls["eval"])
+	if calls := commandCalls(t, srv); calls[reload] != 1 {
+		t.Errorf("the code was loaded again: %d %s calls, want 1", calls[reload], reload)
 	}
 }
 

@@ -82,7 +82,10 @@ func runProgram(t *testing.T, mem, red tokenlimit.Store, limitIndex uint8, progr
 	}
 }
 
-func newPair(t *testing.T, srv *redistest.Server, batchScript bool) (mem, red tokenlimit.Store) {
+// newPair opens the memory store and a Redis store that runs Redis
+// Functions or, if scriptsOnly, scripts (EVALSHA), deciding every check with
+// the batch script if batchScript.
+func newPair(t *testing.T, srv *redistest.Server, batchScript, scriptsOnly bool) (mem, red tokenlimit.Store) {
 	m, err := memstore.New(memstore.Options{SweepInterval: 1000 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +95,9 @@ func newPair(t *testing.T, srv *redistest.Server, batchScript bool) (mem, red to
 	r := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), callerTime(newPrefix()))
 	if batchScript {
 		r = redisstore.BatchScriptAlways(r)
+	}
+	if scriptsOnly {
+		r = redisstore.ScriptsOnly(r)
 	}
 	return m, r
 }
@@ -104,8 +110,8 @@ func FuzzDifferential(f *testing.F) {
 	f.Add(uint8(3), []byte{0, 10, 0, 0, 1, 0, 1, 3, 0, 9, 1, 7, 2, 0, 5, 1, 11, 0})
 	f.Add(uint8(5), []byte{0, 5, 0, 0, 5, 0, 13, 1, 6, 1, 2, 4, 3, 0, 5})
 	f.Fuzz(func(t *testing.T, limitIndex uint8, program []byte) {
-		for _, batchScript := range []bool{false, true} {
-			mem, red := newPair(t, srv, batchScript)
+		for mode := range 4 {
+			mem, red := newPair(t, srv, mode%2 == 1, mode >= 2)
 			runProgram(t, mem, red, limitIndex, program)
 		}
 	})
@@ -113,7 +119,8 @@ func FuzzDifferential(f *testing.F) {
 
 // TestDifferentialRandomPrograms runs seeded random programs on every limit,
 // so that plain `go test` covers far more than the fuzz seeds; every other
-// program decides its checks with the batch script.
+// program decides its checks with the batch script, and every other pair
+// of programs runs scripts (EVALSHA) instead of Redis Functions.
 func TestDifferentialRandomPrograms(t *testing.T) {
 	srv := redistest.Start(t)
 	rng := rand.New(rand.NewPCG(2026, 11))
@@ -127,7 +134,7 @@ func TestDifferentialRandomPrograms(t *testing.T) {
 		}
 		t.Run("", func(t *testing.T) {
 			t.Parallel()
-			mem, red := newPair(t, srv, n%2 == 1)
+			mem, red := newPair(t, srv, n%2 == 1, n%4 >= 2)
 			runProgram(t, mem, red, uint8(n), program)
 		})
 	}

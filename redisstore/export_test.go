@@ -15,3 +15,10 @@ func QueuedChecks(s *Store) int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// ScriptsOnly makes s run its code as scripts (EVALSHA) even though its
+// client can run Redis Functions, so that the suites exercise the fallback.
+func ScriptsOnly(s *Store) *Store {
+	s.fn = nil
+	return s
+}

@@ -1,9 +1,12 @@
 // Package redisstore is the tokenlimit.Store on Redis (standalone, Sentinel
 // or Cluster): every Check and every Adjust is decided atomically by one Lua
-// script call (EVALSHA, transparently reloaded after NOSCRIPT), whatever the
-// number of items; checks that arrive together may share a call, each still
-// all or nothing (Options.Unbatched). By default the decision time is the Redis server's TIME, so
-// gateway replicas with skewed clocks agree.
+// call, whatever the number of items: a Redis Function (FCALL; the library
+// is loaded, and reloaded when lost, by the store) where the server and the
+// client have them (see FunctionCaller), else a script (EVALSHA,
+// transparently reloaded after NOSCRIPT). Checks that arrive together may
+// share a call, each still all or nothing (Options.Unbatched). By default
+// the decision time is the Redis server's TIME, so gateway replicas with
+// skewed clocks agree.
 //
 // The store speaks to Redis through a Scripter; the subpackages goredisclient
 // and rueidisclient adapt the two common Go clients, so a service brings the
@@ -12,8 +15,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,27 +84,42 @@ const DefaultRefundTimeout = time.Second
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client   Scripter
-	prefix   string
-	caller   bool
-	cluster  bool
-	padMs    string
-	check    script
-	checkOne [tokenlimit.GCRA + 1]script
+	client Scripter
+	// fn runs the entry points as Redis Functions; nil when the client
+	// cannot (it is not a FunctionCaller), and then EVALSHA runs them.
+	fn      *functions
+	prefix  string
+	caller  bool
+	cluster bool
+	padMs   string
 	// batch queues checks per slot; nil when Options.Unbatched.
-	batch      *batchers
-	checkBatch script
+	batch *batchers
 	// batchScriptAlways makes even a lone check run the batch script, so
 	// that the test suites exercise it on every decision (export_test.go).
 	batchScriptAlways bool
-	adjust            script
-	reset             script
-	entries           script
-	reserve           script
-	settle            script
-	claim             script
 	refundTO          time.Duration
 }
+
+// The entry points as the store calls them, and the library that holds
+// them all.
+var (
+	lib        = buildLibrary()
+	checkSc    = newScript(lib, checkEntry)
+	checkBatch = newScript(lib, checkBatchEntry)
+	adjustSc   = newScript(lib, adjustEntry)
+	resetSc    = newScript(lib, resetEntry)
+	entriesSc  = newScript(lib, entriesEntry)
+	reserveSc  = newScript(lib, reserveEntry)
+	settleSc   = newScript(lib, settleEntry)
+	claimSc    = newScript(lib, claimEntry)
+	checkOne   = [...]script{
+		tokenlimit.FixedWindow:    newScript(lib, checkOneEntry[tokenlimit.FixedWindow]),
+		tokenlimit.SlidingLog:     newScript(lib, checkOneEntry[tokenlimit.SlidingLog]),
+		tokenlimit.SlidingCounter: newScript(lib, checkOneEntry[tokenlimit.SlidingCounter]),
+		tokenlimit.TokenBucket:    newScript(lib, checkOneEntry[tokenlimit.TokenBucket]),
+		tokenlimit.GCRA:           newScript(lib, checkOneEntry[tokenlimit.GCRA]),
+	}
+)
 
 var (
 	_ tokenlimit.Store     = (*Store)(nil)
@@ -136,27 +152,15 @@ func New(client Scripter, opts Options) (*Store, error) {
 		opts.Prefix = "rl:"
 	}
 	s := &Store{
-		client:  client,
-		prefix:  opts.Prefix,
-		caller:  opts.CallerTime,
-		cluster: opts.Cluster,
-		padMs:   strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
-		check:   newScript(checkSource),
-		checkOne: [...]script{
-			tokenlimit.FixedWindow:    newScript(checkOneSource[tokenlimit.FixedWindow]),
-			tokenlimit.SlidingLog:     newScript(checkOneSource[tokenlimit.SlidingLog]),
-			tokenlimit.SlidingCounter: newScript(checkOneSource[tokenlimit.SlidingCounter]),
-			tokenlimit.TokenBucket:    newScript(checkOneSource[tokenlimit.TokenBucket]),
-			tokenlimit.GCRA:           newScript(checkOneSource[tokenlimit.GCRA]),
-		},
-		checkBatch: newScript(checkBatchSource),
-		adjust:     newScript(adjustSource),
-		reset:      newScript(resetSource),
-		entries:    newScript(entriesSource),
-		reserve:    newScript(reserveSource),
-		settle:     newScript(settleSource),
-		claim:      newScript(claimSource),
-		refundTO:   opts.RefundTimeout,
+		client:   client,
+		prefix:   opts.Prefix,
+		caller:   opts.CallerTime,
+		cluster:  opts.Cluster,
+		padMs:    strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
+		refundTO: opts.RefundTimeout,
+	}
+	if fc, ok := client.(FunctionCaller); ok {
+		s.fn = &functions{fc: fc, lib: lib}
 	}
 	if !opts.Unbatched {
 		s.batch = newBatchers(opts.Cluster)
@@ -198,9 +202,9 @@ func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, ite
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
 		args = appendParams(args, it.Limit, it.Cost)
 	}
-	sc := s.check
+	sc := checkSc
 	if len(items) == 1 {
-		sc = s.checkOne[items[0].Limit.Algorithm]
+		sc = checkOne[items[0].Limit.Algorithm]
 	}
 	reply, err := s.run(ctx, sc, keys, args)
 	if err != nil {
@@ -240,7 +244,7 @@ func (s *Store) adjustOnce(ctx context.Context, now time.Time, adjustments []tok
 		args = appendParams(args, a.Limit, a.Delta)
 		args = append(args, strconv.FormatInt(a.ChargedAt.UnixMicro(), 10))
 	}
-	if _, err := s.run(ctx, s.adjust, keys, args); err != nil {
+	if _, err := s.run(ctx, adjustSc, keys, args); err != nil {
 		return fmt.Errorf("redisstore: adjust: %w", err)
 	}
 	return nil
@@ -251,7 +255,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm)
 	if err := tokenlimit.ValidateKey(key, alg); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
-	if _, err := s.run(ctx, s.reset, s.appendKeys(nil, key, alg), nil); err != nil {
+	if _, err := s.run(ctx, resetSc, s.appendKeys(nil, key, alg), nil); err != nil {
 		return fmt.Errorf("redisstore: reset: %w", err)
 	}
 	return nil
@@ -271,7 +275,7 @@ func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Lim
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	args := append(s.header(now, 1), strconv.FormatInt(limit.Period.Microseconds(), 10))
-	reply, err := s.run(ctx, s.entries, s.appendKeys(nil, key, limit.Algorithm), args)
+	reply, err := s.run(ctx, entriesSc, s.appendKeys(nil, key, limit.Algorithm), args)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: log entries: %w", err)
 	}
@@ -319,17 +323,29 @@ func toResult(l tokenlimit.Limit, v []int64) tokenlimit.Result {
 	}
 }
 
-// run calls the script by SHA and, if Redis lost it, by source, which
-// reloads it: one round trip normally, two after a restart or SCRIPT FLUSH.
+// run calls an entry point: as a Redis Function when the store can (see
+// FunctionCaller), else the script by SHA and, if Redis lost it, by source,
+// which reloads it. One round trip normally; after a restart, SCRIPT FLUSH
+// or FUNCTION FLUSH, one more to reload and the call again.
 func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	if s.fn != nil && !s.fn.off.Load() {
+		if reply, ran, err := s.fn.call(ctx, sc, keys, args); ran {
+			return reply, crossSlotHint(err)
+		}
+	}
 	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
 	if IsNoScript(err) {
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
 	}
+	return reply, crossSlotHint(err)
+}
+
+// crossSlotHint says what to do about a CROSSSLOT error.
+func crossSlotHint(err error) error {
 	if err != nil && strings.HasPrefix(err.Error(), "CROSSSLOT") {
-		return nil, fmt.Errorf("%w: on Redis Cluster set Options.Cluster, or give the keys of one check a shared hash tag, such as {tenant=acme}", err)
+		return fmt.Errorf("%w: on Redis Cluster set Options.Cluster, or give the keys of one check a shared hash tag, such as {tenant=acme}", err)
 	}
-	return reply, err
+	return err
 }
 
 // runIdempotent is run for the scripts that are safe to repeat (reserve and
@@ -357,14 +373,4 @@ func isConnectionError(err error) bool {
 // refund timeout.
 func (s *Store) detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), s.refundTO)
-}
-
-type script struct {
-	src string
-	sha string
-}
-
-func newScript(src string) script {
-	sum := sha1.Sum([]byte(src))
-	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }

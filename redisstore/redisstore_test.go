@@ -104,6 +104,29 @@ func TestConformanceBatchScript(t *testing.T) {
 	})
 }
 
+// TestConformanceScripts runs the suite on the fallback for servers without
+// Redis Functions: every call a script (EVALSHA), lone checks with the
+// batch script on every other replica.
+func TestConformanceScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) storetest.Env {
+		prefix := newPrefix()
+		inspect := goRedisClient(t, srv.Addr())
+		var n atomic.Int64
+		return storetest.Env{
+			Replica: func() tokenlimit.Store {
+				st := redisstore.ScriptsOnly(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)))
+				if n.Add(1)%2 == 0 {
+					st = redisstore.BatchScriptAlways(st)
+				}
+				return st
+			},
+			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
+			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },
+		}
+	})
+}
+
 // TestConformanceUnbatched runs the suite with batching off: every check
 // is its own call.
 func TestConformanceUnbatched(t *testing.T) {
@@ -137,9 +160,7 @@ func TestConformanceCluster(t *testing.T) {
 			},
 			FlushScripts: func(t *testing.T) {
 				for i := range cluster.Addrs() {
-					if _, err := cluster.Node(i).Do("SCRIPT", "FLUSH"); err != nil {
-						t.Fatal(err)
-					}
+					flushScripts(t, cluster.Node(i))
 				}
 			},
 		}
@@ -238,10 +259,14 @@ func assertEveryKeyHasTTL(t *testing.T, c *redis.Client, prefix string) {
 	}
 }
 
+// flushScripts makes srv lose the store's code, in both forms: the script
+// cache (SCRIPT FLUSH) and the functions (FUNCTION FLUSH).
 func flushScripts(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
-		t.Fatal(err)
+	for _, cmd := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+		if _, err := srv.Do(cmd...); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -265,68 +290,106 @@ func commandCalls(t *testing.T, srv *redistest.Server) map[string]int {
 	return calls
 }
 
-func TestMultiLimitCheckIsOneEVALSHA(t *testing.T) {
+// storeCalls is how many calls of the store's code commandstats counts:
+// FCALL and EVALSHA, and the reloads (FUNCTION LOAD, EVAL).
+func storeCalls(calls map[string]int) (runs, reloads int) {
+	return calls["fcall"] + calls["evalsha"], calls["function|load"] + calls["eval"]
+}
+
+// codePaths are the two ways the store runs its code: Redis Functions
+// (the default where the server has them) and scripts (EVALSHA).
+var codePaths = []struct {
+	name   string
+	wrap   func(*redisstore.Store) *redisstore.Store
+	call   string // the command that runs the code
+	reload string // the command that reloads it
+	// missed is how many calls commandstats counts for the one that found
+	// the code missing: an FCALL of a missing function counts, an EVALSHA
+	// refused with NOSCRIPT does not.
+	missed int
+}{
+	{"functions", func(s *redisstore.Store) *redisstore.Store { return s }, "fcall", "function|load", 1},
+	{"scripts", redisstore.ScriptsOnly, "evalsha", "eval", 0},
+}
+
+func TestMultiLimitCheckIsOneCall(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
-	items := []tokenlimit.Item{
-		{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 1},
-		{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 1},
-		{Key: "{u}", Limit: tokenlimit.SlidingCounterLimit(100, time.Minute), Cost: 1},
-		{Key: "{u}", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Second), Cost: 1},
-		{Key: "{u}:plan", Limit: tokenlimit.GCRALimit(99, 10, time.Second), Cost: 1},
-	}
-	results := make([]tokenlimit.Result, len(items))
-	if _, err := st.Check(ctx, time.Now(), items, results); err != nil { // loads the script
-		t.Fatal(err)
-	}
-	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Check(ctx, time.Now(), items, results); err != nil {
-		t.Fatal(err)
-	}
-	calls := commandCalls(t, srv)
-	if calls["evalsha"] != 1 || calls["eval"] != 0 {
-		t.Errorf("a check of %d limits made %d EVALSHA and %d EVAL calls, want exactly 1 EVALSHA; commandstats: %v", len(items), calls["evalsha"], calls["eval"], calls)
-	}
-	for i, r := range results {
-		if !r.Allowed || r.Remaining != 98 {
-			t.Errorf("item %d: %+v, want allowed with 98 left", i, r)
-		}
+	for _, path := range codePaths {
+		t.Run(path.name, func(t *testing.T) {
+			st := path.wrap(newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()}))
+			items := []tokenlimit.Item{
+				{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 1},
+				{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 1},
+				{Key: "{u}", Limit: tokenlimit.SlidingCounterLimit(100, time.Minute), Cost: 1},
+				{Key: "{u}", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Second), Cost: 1},
+				{Key: "{u}:plan", Limit: tokenlimit.GCRALimit(99, 10, time.Second), Cost: 1},
+			}
+			results := make([]tokenlimit.Result, len(items))
+			if _, err := st.Check(ctx, time.Now(), items, results); err != nil { // loads the code
+				t.Fatal(err)
+			}
+			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Check(ctx, time.Now(), items, results); err != nil {
+				t.Fatal(err)
+			}
+			calls := commandCalls(t, srv)
+			if runs, reloads := storeCalls(calls); calls[path.call] != 1 || runs != 1 || reloads != 0 {
+				t.Errorf("a check of %d limits made %d calls and %d reloads, want exactly 1 %s; commandstats: %v", len(items), runs, reloads, path.call, calls)
+			}
+			for i, r := range results {
+				if !r.Allowed || r.Remaining != 98 {
+					t.Errorf("item %d: %+v, want allowed with 98 left", i, r)
+				}
+			}
+		})
 	}
 }
 
-func TestNOSCRIPTReloadsWithOneEVAL(t *testing.T) {
+// TestLostCodeReloadsOnce: after SCRIPT FLUSH and FUNCTION FLUSH the next
+// check reloads the store's code once (FUNCTION LOAD, or EVAL after
+// NOSCRIPT) and is decided, and charged, exactly once.
+func TestLostCodeReloadsOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st := newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
-	l := tokenlimit.TokenBucketLimit(10, 1, time.Second)
-	lim, err := tokenlimit.NewLimiter(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lim.AllowN(ctx, "k", l, 1); err != nil { // loads the script
-		t.Fatal(err)
-	}
-	for _, flush := range []bool{false, true} {
-		if flush {
-			flushScripts(t, srv)
-		}
-		if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := lim.AllowN(ctx, "k", l, 1); err != nil {
-			t.Fatal(err)
-		}
-		calls := commandCalls(t, srv)
-		wantEval := 0
-		if flush {
-			wantEval = 1
-		}
-		if calls["evalsha"] != 1 || calls["eval"] != wantEval {
-			t.Errorf("flushed=%v: %d EVALSHA, %d EVAL; want 1 and %d", flush, calls["evalsha"], calls["eval"], wantEval)
-		}
+	for _, path := range codePaths {
+		t.Run(path.name, func(t *testing.T) {
+			st := path.wrap(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()}))
+			l := tokenlimit.TokenBucketLimit(10, 1, time.Hour)
+			lim, err := tokenlimit.NewLimiter(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lim.AllowN(ctx, "k", l, 1); err != nil { // loads the code
+				t.Fatal(err)
+			}
+			for i, flush := range []bool{false, true} {
+				if flush {
+					flushScripts(t, srv)
+				}
+				if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
+				r, err := lim.AllowN(ctx, "k", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := int64(8 - i); r.Remaining != want {
+					t.Errorf("flushed=%v: %d left, want %d (charged exactly once)", flush, r.Remaining, want)
+				}
+				calls := commandCalls(t, srv)
+				runs, reloads := storeCalls(calls)
+				wantRuns, wantReloads := 1, 0
+				if flush {
+					wantRuns, wantReloads = 1+path.missed, 1
+				}
+				if calls[path.call] != wantRuns || runs != wantRuns || calls[path.reload] != wantReloads || reloads != wantReloads {
+					t.Errorf("flushed=%v: %d calls, %d reloads; want %d %s and %d %s; commandstats %v", flush, runs, reloads, wantRuns, path.call, wantReloads, path.reload, calls)
+				}
+			}
+		})
 	}
 }
 

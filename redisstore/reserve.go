@@ -64,7 +64,7 @@ func (s *Store) reserveAt(ctx context.Context, now time.Time, callerTime bool, r
 	for _, rule := range rules {
 		args = append(args, strconv.Itoa(int(rule)))
 	}
-	reply, err := s.runIdempotent(ctx, s.reserve, keys, args)
+	reply, err := s.runIdempotent(ctx, reserveSc, keys, args)
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
@@ -110,7 +110,7 @@ func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req 
 	}
 	args := append(s.header(now, 5), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
 		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend)
-	reply, err := s.runIdempotent(ctx, s.settle, []string{record}, args)
+	reply, err := s.runIdempotent(ctx, settleSc, []string{record}, args)
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: settle: %w", err)
 	}
@@ -216,7 +216,7 @@ func (u *undoer) undo(cause error) error {
 		}
 	}
 	if err == nil && u.fresh {
-		if _, err = u.s.run(ctx, u.s.reset, []string{u.s.pointerKey(u.id)}, nil); err != nil {
+		if _, err = u.s.run(ctx, resetSc, []string{u.s.pointerKey(u.id)}, nil); err != nil {
 			err = fmt.Errorf("redisstore: reserve: deleting the pointer: %w", err)
 		}
 	}
@@ -258,7 +258,7 @@ func (s *Store) pointer(ctx context.Context, now time.Time, id, op, digest strin
 	for _, slot := range slots {
 		args = append(args, strconv.FormatInt(slot, 10))
 	}
-	reply, err := s.runIdempotent(ctx, s.claim, []string{s.pointerKey(id)}, args)
+	reply, err := s.runIdempotent(ctx, claimSc, []string{s.pointerKey(id)}, args)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: reservation pointer: %w", err)
 	}

@@ -17,13 +17,21 @@ import (
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 )
 
-// TestReserveAndSettleAreOneEVALSHAEach: on a standalone Redis a
-// reservation of several limits is one script call, and so is its
-// settlement, whose record and items stay in one round trip.
-func TestReserveAndSettleAreOneEVALSHAEach(t *testing.T) {
+// TestReserveAndSettleAreOneCallEach: on a standalone Redis a reservation
+// of several limits is one call (FCALL, or EVALSHA without functions), and
+// so is its settlement, whose record and items stay in one round trip.
+func TestReserveAndSettleAreOneCallEach(t *testing.T) {
 	srv := redistest.Start(t)
+	for _, path := range codePaths {
+		t.Run(path.name, func(t *testing.T) {
+			st := path.wrap(newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()}))
+			testReserveAndSettleAreOneCallEach(t, srv, st, path.call)
+		})
+	}
+}
+
+func testReserveAndSettleAreOneCallEach(t *testing.T, srv *redistest.Server, st *redisstore.Store, call string) {
 	ctx := context.Background()
-	st := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
 	items := []tokenlimit.Item{
 		{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 10},
 		{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 10},
@@ -46,7 +54,7 @@ func TestReserveAndSettleAreOneEVALSHAEach(t *testing.T) {
 		}
 		return s
 	}
-	reserve("warm") // loads the scripts
+	reserve("warm") // loads the code
 	settle("warm")
 	if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
@@ -54,14 +62,14 @@ func TestReserveAndSettleAreOneEVALSHAEach(t *testing.T) {
 	if out := reserve("r"); out.Status != tokenlimit.Reserved {
 		t.Fatalf("reserve: %+v", out)
 	}
-	if calls := commandCalls(t, srv); calls["evalsha"] != 1 || calls["eval"] != 0 {
-		t.Errorf("a reservation of %d limits made %d EVALSHA and %d EVAL calls, want exactly 1 EVALSHA; commandstats: %v", len(items), calls["evalsha"], calls["eval"], calls)
+	if calls := commandCalls(t, srv); calls[call] != 1 || sum(storeCalls(calls)) != 1 {
+		t.Errorf("a reservation of %d limits made %d %s calls, want exactly 1 call in all; commandstats: %v", len(items), calls[call], call, calls)
 	}
 	if s := settle("r"); s != tokenlimit.Settled {
 		t.Fatalf("settle: %s", s)
 	}
-	if calls := commandCalls(t, srv); calls["evalsha"] != 2 || calls["eval"] != 0 {
-		t.Errorf("reserve + settle made %d EVALSHA and %d EVAL calls, want exactly 2 EVALSHA; commandstats: %v", calls["evalsha"], calls["eval"], calls)
+	if calls := commandCalls(t, srv); calls[call] != 2 || sum(storeCalls(calls)) != 2 {
+		t.Errorf("reserve + settle made %d %s calls, want exactly 2 calls in all; commandstats: %v", calls[call], call, calls)
 	}
 	for i, r := range results {
 		if r.Remaining != 86 { // 4 settled by "warm", 10 reserved
@@ -69,6 +77,9 @@ func TestReserveAndSettleAreOneEVALSHAEach(t *testing.T) {
 		}
 	}
 }
+
+// sum adds storeCalls' two counts.
+func sum(runs, reloads int) int { return runs + reloads }
 
 // TestRecordMemory measures what one reservation record costs in Redis
 // (MEMORY USAGE), reserved and then settled, for docs/operations.md: a

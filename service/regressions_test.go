@@ -220,14 +220,16 @@ limits:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, rest, ok := strings.Cut(info, "cmdstat_evalsha:calls="); ok {
-			var n int
-			fmt.Sscanf(rest, "%d", &n)
-			calls += n
+		for _, cmd := range []string{"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="} {
+			if _, rest, ok := strings.Cut(info, cmd); ok {
+				var n int
+				fmt.Sscanf(rest, "%d", &n)
+				calls += n
+			}
 		}
 	}
 	if want := map[bool]int{false: 2, true: 1}[tagged]; calls != want {
-		t.Errorf("EVALSHA calls across the cluster: %d, want %d", calls, want)
+		t.Errorf("FCALL and EVALSHA calls across the cluster: %d, want %d", calls, want)
 	}
 }
 

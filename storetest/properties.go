@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -238,6 +239,78 @@ func runScriptFlush(t *testing.T, open Open) {
 			t.Fatalf("%s: %d left after refunding 10, want 50", l, got)
 		}
 	}
+}
+
+// runScriptFlushUnderLoad: a store that loses its cached scripts while
+// calls are in flight, several times, neither fails a call nor loses or
+// doubles a charge: checks and reservations from 8 callers on two
+// replicas, and then the budget holds exactly what was admitted.
+func runScriptFlushUnderLoad(t *testing.T, open Open) {
+	env := open(t)
+	if env.FlushScripts == nil {
+		return // the store caches no scripts
+	}
+	const callers, rounds, flushEvery = 8, 40, 50
+	l := tokenlimit.FixedWindowLimit(1_000_000, time.Hour)
+	replicas := []tokenlimit.Store{env.Replica(), env.Replica()}
+	ctx := context.Background()
+	var (
+		admitted atomic.Int64
+		done     = make(chan error, callers*rounds) // one per call
+	)
+	for c := range callers {
+		go func() {
+			st := replicas[c%len(replicas)]
+			results := make([]tokenlimit.Result, 1)
+			for r := range rounds {
+				err := flushLoadStep(ctx, st, l, c, r, results)
+				if err == nil && results[0].Allowed {
+					admitted.Add(1)
+				}
+				done <- err
+			}
+		}()
+	}
+	for n := 1; n <= callers*rounds; n++ {
+		if err := <-done; err != nil {
+			t.Errorf("a call failed while the scripts were flushed: %v", err)
+		}
+		if n%flushEvery == 0 {
+			env.FlushScripts(t) // while the other callers' calls are in flight
+		}
+	}
+	if got, want := peek(t, replicas[0], l, "flush-load").Remaining, l.Quota-admitted.Load(); got != want {
+		t.Errorf("%d left after %d admitted charges of 1, want %d: a charge was lost or doubled", got, admitted.Load(), want)
+	}
+}
+
+// flushLoadStep is one call of runScriptFlushUnderLoad: a check of 1, or
+// every fifth round on a store that keeps reservations, a reservation of 2
+// settled at 1 (so 1 net, reported in results like a check).
+func flushLoadStep(ctx context.Context, st tokenlimit.Store, l tokenlimit.Limit, caller, round int, results []tokenlimit.Result) error {
+	item := tokenlimit.Item{Key: "flush-load", Limit: l, Cost: 1}
+	rs, ok := st.(tokenlimit.Reserver)
+	if !ok || round%5 != 0 {
+		_, err := st.Check(ctx, Base, []tokenlimit.Item{item}, results)
+		return err
+	}
+	item.Cost = 2
+	id := fmt.Sprintf("flush-%d-%d", caller, round)
+	out, err := rs.Reserve(ctx, Base, tokenlimit.ReserveRequest{ID: id, Items: []tokenlimit.Item{item}, TTL: time.Hour}, results)
+	if err != nil {
+		return err
+	}
+	if out.Status != tokenlimit.Reserved {
+		return fmt.Errorf("reserve %s: %s, want reserved", id, out.Status)
+	}
+	st2, err := rs.Settle(ctx, Base, tokenlimit.SettleRequest{ID: id, Actual: 1, TTL: time.Hour})
+	if err != nil {
+		return err
+	}
+	if st2 != tokenlimit.Settled {
+		return fmt.Errorf("settle %s: %s, want settled", id, st2)
+	}
+	return nil
 }
 
 // runReset: Reset makes a budget whole, touches no other, and accepts a

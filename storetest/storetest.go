@@ -50,6 +50,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("invalid", func(t *testing.T) { runInvalid(t, open) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, open) })
 	t.Run("script-cache", func(t *testing.T) { runScriptFlush(t, open) })
+	t.Run("script-cache-under-load", func(t *testing.T) { runScriptFlushUnderLoad(t, open) })
 	t.Run("reset", func(t *testing.T) { runReset(t, open) })
 	t.Run("log-entries", func(t *testing.T) { runLogEntries(t, open) })
 }

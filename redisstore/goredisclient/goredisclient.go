@@ -22,7 +22,7 @@ type Client struct {
 	c redis.Scripter
 }
 
-var _ redisstore.Scripter = Client{}
+var _ redisstore.FunctionCaller = Client{}
 
 // New wraps c, which must not be nil.
 func New(c redis.Scripter) Client {
@@ -37,6 +37,47 @@ func (c Client) EvalSHA(ctx context.Context, sha string, keys, args []string) ([
 // Eval implements redisstore.Scripter.
 func (c Client) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
 	return c.c.Eval(ctx, src, keys, anys(args)...).Int64Slice()
+}
+
+// functionClient is what go-redis' clients (Client, ClusterClient, Ring,
+// UniversalClient) have to run functions.
+type functionClient interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	FunctionLoad(ctx context.Context, code string) *redis.StringCmd
+}
+
+// FCall implements redisstore.FunctionCaller; a client without FCall
+// answers redisstore.ErrNoFunctions.
+func (c Client) FCall(ctx context.Context, function string, keys, args []string) ([]int64, error) {
+	fc, ok := c.c.(functionClient)
+	if !ok {
+		return nil, redisstore.ErrNoFunctions
+	}
+	return fc.FCall(ctx, function, keys, anys(args)...).Int64Slice()
+}
+
+// FunctionLoad implements redisstore.FunctionCaller: on every master of a
+// ClusterClient, on every shard of a Ring, else on the client's server (a
+// failover client's master).
+func (c Client) FunctionLoad(ctx context.Context, src string) error {
+	load := func(ctx context.Context, n *redis.Client) error { return loaded(n.FunctionLoad(ctx, src).Err()) }
+	switch cc := c.c.(type) {
+	case *redis.ClusterClient:
+		return cc.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		return cc.ForEachShard(ctx, load)
+	case functionClient:
+		return loaded(cc.FunctionLoad(ctx, src).Err())
+	}
+	return redisstore.ErrNoFunctions
+}
+
+// loaded is err, or nil if it says the library is already loaded.
+func loaded(err error) error {
+	if redisstore.IsLibraryLoaded(err) {
+		return nil
+	}
+	return err
 }
 
 func anys(args []string) []any {

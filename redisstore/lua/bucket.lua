@@ -25,9 +25,11 @@ local function tb_add(tat, frac, cost, num, den)
   return tat + q, units - q * den
 end
 
-local function tb_remaining(cap, num, den, tat, frac, now)
+-- What is left at now of a bucket at tat, frac; span is fdiv(cap * num,
+-- den), the bucket's full span in whole µs.
+local function tb_left(cap, num, den, span, tat, frac, now)
   local ahead = tat - now
-  if ahead > fdiv(cap * num, den) + 1 then
+  if ahead > span + 1 then
     return 0
   end
   return math.max(0, cap - cdiv(ahead * den + frac, num))
@@ -49,23 +51,23 @@ end
 
 local function tb_check(key, cap, num, den, now, cost)
   local tat, frac = tb_load(key, now)
+  local span = fdiv(cap * num, den)
   if cost > cap then
-    return 0, 1, tb_remaining(cap, num, den, tat, frac, now), 0, tb_reset(tat, frac, now)
+    return 0, 1, tb_left(cap, num, den, span, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
   if cost == 0 then
-    return 1, 0, tb_remaining(cap, num, den, tat, frac, now), 0, tb_reset(tat, frac, now)
+    return 1, 0, tb_left(cap, num, den, span, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
   local ntat, nfrac = tb_add(tat, frac, cost, num, den)
-  local cap_q = fdiv(cap * num, den)
-  local cap_r = cap * num - cap_q * den
-  local ahead = ntat - now - cap_q
-  if ahead > 0 or (ahead == 0 and nfrac > cap_r) then
-    if nfrac > cap_r then
+  local span_r = cap * num - span * den
+  local ahead = ntat - now - span
+  if ahead > 0 or (ahead == 0 and nfrac > span_r) then
+    if nfrac > span_r then
       ahead = ahead + 1
     end
-    return 0, 0, tb_remaining(cap, num, den, tat, frac, now), ahead, tb_reset(tat, frac, now)
+    return 0, 0, tb_left(cap, num, den, span, tat, frac, now), ahead, tb_reset(tat, frac, now)
   end
-  return 1, 0, tb_remaining(cap, num, den, ntat, nfrac, now), 0, tb_reset(ntat, nfrac, now), tb_encode(ntat, nfrac)
+  return 1, 0, tb_left(cap, num, den, span, ntat, nfrac, now), 0, tb_reset(ntat, nfrac, now), tb_encode(ntat, nfrac)
 end
 
 local function tb_adjust(key, cap, num, den, now, delta, pad)

@@ -5,7 +5,9 @@
 -- for the buckets. KEYS: one per item, two for a sliding log (log, sum).
 -- Reply: now, then per item allowed, toolarge, remaining, retry µs, reset µs.
 
-local now = clock(ARGV[1])
-local reply = { now }
-check_group(reply, 2, (#ARGV - 2) / 5, 1, now, tonumber(ARGV[2]))
-return reply
+local function check(keys, argv)
+  local now = clock(argv[1])
+  local reply = { now }
+  check_group(keys, argv, reply, 2, (#argv - 2) / 5, 1, now, tonumber(argv[2]))
+  return reply
+end

@@ -6,23 +6,25 @@
 -- Reply: the server's time (0 if no check used it), then per check its
 -- decision time and 5 values per item as in check.lua.
 
-local pad = tonumber(ARGV[1])
-local reply, server = { 0 }, nil
-local a, k = 1, 1
-while a < #ARGV do
-  local now = ARGV[a + 1]
-  if now == '' then
-    if not server then
-      server = clock('')
-      reply[1] = server
+local function check_batch(keys, argv)
+  local pad = tonumber(argv[1])
+  local reply, server = { 0 }, nil
+  local a, k, last = 1, 1, #argv
+  while a < last do
+    local now = argv[a + 1]
+    if now == '' then
+      if not server then
+        server = clock('')
+        reply[1] = server
+      end
+      now = server
+    else
+      now = tonumber(now)
     end
-    now = server
-  else
-    now = tonumber(now)
+    local n = tonumber(argv[a + 2])
+    reply[#reply + 1] = now
+    k = check_group(keys, argv, reply, a + 2, n, k, now, pad)
+    a = a + 2 + 5 * n
   end
-  local n = tonumber(ARGV[a + 2])
-  reply[#reply + 1] = now
-  k = check_group(reply, a + 2, n, k, now, pad)
-  a = a + 2 + 5 * n
+  return reply
 end
-return reply

@@ -1,49 +1,76 @@
 -- check_group.lua: decides one group of items all or nothing, the body of
--- tokenlimit.Store.Check, shared by check.lua (one group per call) and
--- check_batch.lua (many). The group's n items have their 5 values each
--- (algorithm, p1, p2, p3, cost; see check.lua) in ARGV from index a + 1 and
--- their keys in KEYS from index k. It appends 5 values per item to reply
--- (allowed, toolarge, remaining, retry µs, reset µs) and returns the index
--- of the next group's first key.
+-- tokenlimit.Store.Check, shared by check.lua (one group per call),
+-- check_batch.lua (many) and reserve.lua. The group's n items have their 5
+-- values each (algorithm, p1, p2, p3, cost; see check.lua) in argv from
+-- index a + 1 and their keys in keys from index k. It appends 5 values per
+-- item to reply (allowed, toolarge, remaining, retry µs, reset µs) and
+-- returns the index of the next group's first key.
 
-local function decide(alg, k, p1, p2, p3, now, cost)
+local function decide(keys, alg, k, p1, p2, p3, now, cost)
   if alg == FIXED_WINDOW then
-    return fw_check(KEYS[k], p1, p2, p3, now, cost)
+    return fw_check(keys[k], p1, p2, p3, now, cost)
   elseif alg == SLIDING_COUNTER then
-    return sc_check(KEYS[k], p1, p2, p3, now, cost)
+    return sc_check(keys[k], p1, p2, p3, now, cost)
   elseif alg == SLIDING_LOG then
-    return sl_check(KEYS[k], KEYS[k + 1], p1, p2, now, cost)
+    return sl_check(keys[k], keys[k + 1], p1, p2, now, cost)
   end
-  return tb_check(KEYS[k], p1, p2, p3, now, cost)
+  return tb_check(keys[k], p1, p2, p3, now, cost)
 end
 
-local function check_group(reply, a, n, k, now, pad)
-  local base, charges, all = #reply, {}, true
+-- Charges an allowed item: state is what its check returned.
+local function commit(keys, alg, k, len, now, cost, state, reset, pad)
+  if alg == SLIDING_LOG then
+    sl_charge(keys[k], keys[k + 1], len, now, cost, pad)
+  else
+    store(keys[k], state, reset, pad)
+  end
+end
+
+-- check_item decides the item whose values start at argv[a + 1] and whose
+-- keys start at keys[k], writing its 5 reply values from reply[r + 1].
+-- It returns whether it allowed, its algorithm and parameters, cost and
+-- the state to commit (nil if nothing is to be charged).
+local function check_item(keys, argv, reply, r, a, k, now)
+  local alg, p1, p2, p3, cost =
+    tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]), tonumber(argv[a + 4]), tonumber(argv[a + 5])
+  local ok, big, rem, retry, reset, state = decide(keys, alg, k, p1, p2, p3, now, cost)
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok, big, rem, retry, reset
+  return ok == 1, alg, p1, p2, p3, cost, state, reset
+end
+
+local function check_group(keys, argv, reply, a, n, k, now, pad)
+  local base = #reply
+  if n == 1 then
+    -- The common case: nothing to hold back.
+    local ok, alg, _, p2, _, cost, state, reset = check_item(keys, argv, reply, base, a, k, now)
+    if ok and state then
+      commit(keys, alg, k, p2, now, cost, state, reset, pad)
+    end
+    return k + key_count(alg)
+  end
+  -- Charges wait until every item allowed: 9 values per chargeable item.
+  local charges, nc, all = {}, 0, true
   for i = 1, n do
-    local alg, p1, p2, p3, cost =
-      tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    a = a + 5
-    local ok, big, rem, retry, reset, state = decide(alg, k, p1, p2, p3, now, cost)
-    all = all and ok == 1
-    if cost > 0 and state then
-      charges[#charges + 1] = { i, alg, k, p1, p2, p3, cost, state, reset }
+    local ok, alg, p1, p2, p3, cost, state, reset = check_item(keys, argv, reply, base + (i - 1) * 5, a, k, now)
+    all = all and ok
+    if state then
+      charges[nc + 1], charges[nc + 2], charges[nc + 3], charges[nc + 4], charges[nc + 5] = i, alg, k, p1, p2
+      charges[nc + 6], charges[nc + 7], charges[nc + 8], charges[nc + 9] = p3, cost, state, reset
+      nc = nc + 9
     end
     k = k + key_count(alg)
-    local r = base + (i - 1) * 5
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok, big, rem, retry, reset
+    a = a + 5
   end
-  for _, c in ipairs(charges) do
-    local i, alg, ck, p1, p2, p3, cost, state, reset = unpack(c)
-    if not all then
+  for c = 1, nc, 9 do
+    local i, alg, ck, p1, p2, p3, cost, state, reset = unpack(charges, c, c + 8)
+    if all then
+      commit(keys, alg, ck, p2, now, cost, state, reset, pad)
+    else
       -- Nothing is charged: report the uncharged state of the items that
       -- would have fit.
       local r = base + (i - 1) * 5
-      local _, _, rem, _, rst = decide(alg, ck, p1, p2, p3, now, 0)
+      local _, _, rem, _, rst = decide(keys, alg, ck, p1, p2, p3, now, 0)
       reply[r + 3], reply[r + 5] = rem, rst
-    elseif alg == SLIDING_LOG then
-      sl_charge(KEYS[ck], KEYS[ck + 1], p2, now, cost, pad)
-    else
-      store(KEYS[ck], state, reset, pad)
     end
   end
   return k

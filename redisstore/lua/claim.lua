@@ -8,32 +8,34 @@
 -- (SETTLED: here are the slots, UNKNOWN: a tombstone, written now if
 -- there was nothing), then the slots.
 
-local now = clock(ARGV[1])
-local pad, digest, ttl = tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5])
-local p = load_record(KEYS[1], now)
-if ARGV[3] == 'claim' then
-  if not p then
-    local slots = {}
-    for i = 6, #ARGV do
-      slots[#slots + 1] = tonumber(ARGV[i])
+local function claim(keys, argv)
+  local now = clock(argv[1])
+  local pad, digest, ttl = tonumber(argv[2]), argv[4], tonumber(argv[5])
+  local p = load_record(keys[1], now)
+  if argv[3] == 'claim' then
+    if not p then
+      local slots = {}
+      for i = 6, #argv do
+        slots[#slots + 1] = tonumber(argv[i])
+      end
+      save_record(keys[1], { RECORD_RESERVED, digest, now, now + ttl, slots }, now, pad)
+      return { RESERVED }
+    elseif p[1] == RECORD_TOMBSTONE then
+      return { CLOSED }
+    elseif p[2] ~= digest then
+      return { CONFLICT }
     end
-    save_record(KEYS[1], { RECORD_RESERVED, digest, now, now + ttl, slots }, now, pad)
-    return { RESERVED }
-  elseif p[1] == RECORD_TOMBSTONE then
-    return { CLOSED }
-  elseif p[2] ~= digest then
-    return { CONFLICT }
+    return { REPLAYED }
   end
-  return { REPLAYED }
+  if not p then
+    save_record(keys[1], { RECORD_TOMBSTONE, '', now, now + ttl }, now, pad)
+    return { UNKNOWN }
+  elseif p[1] == RECORD_TOMBSTONE then
+    return { UNKNOWN }
+  end
+  local reply = { SETTLED }
+  for i, slot in ipairs(p[5]) do
+    reply[i + 1] = slot
+  end
+  return reply
 end
-if not p then
-  save_record(KEYS[1], { RECORD_TOMBSTONE, '', now, now + ttl }, now, pad)
-  return { UNKNOWN }
-elseif p[1] == RECORD_TOMBSTONE then
-  return { UNKNOWN }
-end
-local reply = { SETTLED }
-for i, slot in ipairs(p[5]) do
-  reply[i + 1] = slot
-end
-return reply

@@ -1,11 +1,8 @@
 -- fixed_window.lua: mirrors algo.Window.Fixed and FixedAdjust.
 -- State "start:count" in one string key.
 
-local function fw_current(st, now, len, offset)
-  local s0, c0 = 0, 0
-  if st then
-    s0, c0 = st[1], st[2]
-  end
+-- The window holding now and its count, from the stored start and count.
+local function fw_current(s0, c0, now, len, offset)
   local start = window_start(now, len, offset, s0)
   if start ~= s0 then
     return start, 0
@@ -22,7 +19,8 @@ end
 
 -- Returns allowed, toolarge, remaining, retry, reset, and the state to store.
 local function fw_check(key, limit, len, offset, now, cost)
-  local start, count = fw_current(parse(redis.call('GET', key)), now, len, offset)
+  local _, s0, c0 = parse2(redis.call('GET', key))
+  local start, count = fw_current(s0, c0, now, len, offset)
   local finish = start + len
   local remaining, reset = math.max(0, limit - count), fw_reset(count, finish, now)
   if cost > limit then
@@ -39,7 +37,8 @@ local function fw_check(key, limit, len, offset, now, cost)
 end
 
 local function fw_adjust(key, limit, len, offset, now, at, delta, pad)
-  local start, count = fw_current(parse(redis.call('GET', key)), now, len, offset)
+  local _, s0, c0 = parse2(redis.call('GET', key))
+  local start, count = fw_current(s0, c0, now, len, offset)
   if delta > 0 then
     count = math.min(count + delta, MAX_FIXED_COUNT)
   elseif window_start(at, len, offset, 0) == start then

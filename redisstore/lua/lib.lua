@@ -1,9 +1,14 @@
 -- lib.lua: integer helpers shared by the algorithms. Lua 5.1 numbers are
 -- doubles: integers up to 2^53 are exact, but a/b is rounded, so every
 -- division goes through fdiv. Times are microseconds since the Unix epoch.
+-- Nothing here reads a global when the file runs, only when its functions
+-- do: the load of a Redis Functions library sees no globals.
 
--- floor(a/b) for integers a, b with b > 0, exact for |a| < 2^53.
+-- math.floor(a/b) for integers a, b with b > 0, exact for |a| < 2^53.
 local function fdiv(a, b)
+  if b == 1 then
+    return a
+  end
   local q = math.floor(a / b)
   local r = a - q * b
   if r < 0 then
@@ -20,22 +25,31 @@ local function cdiv(a, b)
 end
 
 -- The start of the window of length len holding now (windows start at
--- offset + k*len), never before floor (a clock that steps back stays in the
+-- offset + k*len), never before earliest (a clock that steps back stays in the
 -- newest window seen).
-local function window_start(now, len, offset, floor)
-  return math.max(now - (now - offset - fdiv(now - offset, len) * len), floor)
+local function window_start(now, len, offset, earliest)
+  return math.max(now - (now - offset - fdiv(now - offset, len) * len), earliest)
 end
 
--- Integers stored as "a:b:c" in one string (one allocation-free parse).
-local function parse(s)
+-- Integers stored as "a:b" or "a:b:c" in one string, parsed without a
+-- table.
+-- The two integers of "a:b", or nil, 0, 0 for no value.
+local function parse2(s)
   if not s then
-    return nil
+    return nil, 0, 0
   end
-  local t = {}
-  for part in string.gmatch(s, '[^:]+') do
-    t[#t + 1] = tonumber(part)
+  local c = string.find(s, ':', 1, true)
+  return true, tonumber(string.sub(s, 1, c - 1)), tonumber(string.sub(s, c + 1))
+end
+
+-- The three integers of "a:b:c", or nil, 0, 0, 0 for no value.
+local function parse3(s)
+  if not s then
+    return nil, 0, 0, 0
   end
-  return t
+  local c1 = string.find(s, ':', 1, true)
+  local c2 = string.find(s, ':', c1 + 1, true)
+  return true, tonumber(string.sub(s, 1, c1 - 1)), tonumber(string.sub(s, c1 + 1, c2 - 1)), tonumber(string.sub(s, c2 + 1))
 end
 
 -- Writes value to key with a TTL of ttl_us rounded up to whole ms (plus the

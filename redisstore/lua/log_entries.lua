@@ -4,11 +4,13 @@
 -- TTL padding (unused); ARGV[3]: the window in µs.
 -- Reply: time µs and cost of each entry, flattened.
 
-local now = clock(ARGV[1])
-local rows = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(now - tonumber(ARGV[3])), '+inf', 'WITHSCORES')
-local reply = {}
-for i = 1, #rows, 2 do
-  reply[#reply + 1] = tonumber(rows[i + 1])
-  reply[#reply + 1] = sl_cost(rows[i])
+local function log_entries(keys, argv)
+  local now = clock(argv[1])
+  local rows = redis.call('ZRANGEBYSCORE', keys[1], '(' .. int(now - tonumber(argv[3])), '+inf', 'WITHSCORES')
+  local reply = {}
+  for i = 1, #rows, 2 do
+    reply[#reply + 1] = tonumber(rows[i + 1])
+    reply[#reply + 1] = sl_cost(rows[i])
+  end
+  return reply
 end
-return reply

@@ -1,7 +1,4 @@
--- one_bucket.lua: check_one.lua's hooks for a token bucket or GCRA.
-local function ALGORITHM_CHECK(keys, cap, num, den, now, cost)
-  return tb_check(keys[1], cap, num, den, now, cost)
-end
-local function ALGORITHM_COMMIT(keys, _, _, _, state, reset, pad)
-  store(keys[1], state, reset, pad)
+-- one_bucket.lua: the one-item check of a token bucket or GCRA.
+local function check_one_bucket(keys, argv)
+  return check_one(keys, argv, tb_check)
 end

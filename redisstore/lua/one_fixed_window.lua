@@ -1,7 +1,4 @@
--- one_fixed_window.lua: check_one.lua's hooks for a fixed window.
-local function ALGORITHM_CHECK(keys, limit, len, offset, now, cost)
-  return fw_check(keys[1], limit, len, offset, now, cost)
-end
-local function ALGORITHM_COMMIT(keys, _, _, _, state, reset, pad)
-  store(keys[1], state, reset, pad)
+-- one_fixed_window.lua: the one-item check of a fixed window.
+local function check_one_fixed_window(keys, argv)
+  return check_one(keys, argv, fw_check)
 end

@@ -1,7 +1,4 @@
--- one_sliding_counter.lua: check_one.lua's hooks for a sliding counter.
-local function ALGORITHM_CHECK(keys, limit, len, offset, now, cost)
-  return sc_check(keys[1], limit, len, offset, now, cost)
-end
-local function ALGORITHM_COMMIT(keys, _, _, _, state, reset, pad)
-  store(keys[1], state, reset, pad)
+-- one_sliding_counter.lua: the one-item check of a sliding counter.
+local function check_one_sliding_counter(keys, argv)
+  return check_one(keys, argv, sc_check)
 end

@@ -1,7 +1,11 @@
--- one_sliding_log.lua: check_one.lua's hooks for a sliding log.
-local function ALGORITHM_CHECK(keys, limit, len, _, now, cost)
-  return sl_check(keys[1], keys[2], limit, len, now, cost)
-end
-local function ALGORITHM_COMMIT(keys, len, now, cost, _, _, pad)
-  sl_charge(keys[1], keys[2], len, now, cost, pad)
+-- one_sliding_log.lua: the one-item check of a sliding log (check.lua's
+-- ARGV and reply for one item).
+local function check_one_sliding_log(keys, argv)
+  local now = clock(argv[1])
+  local len, cost = tonumber(argv[5]), tonumber(argv[7])
+  local ok, big, rem, retry, reset, state = sl_check(keys[1], keys[2], tonumber(argv[4]), len, now, cost)
+  if state then
+    sl_charge(keys[1], keys[2], len, now, cost, tonumber(argv[2]))
+  end
+  return { now, ok, big, rem, retry, reset }
 end

@@ -8,36 +8,38 @@
 -- Reply: time µs, status, then per item the 5 values of check.lua (none
 -- for a conflict or a tombstone).
 
-local now = clock(ARGV[1])
-local pad, digest, ttl = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local rec = load_record(KEYS[1], now)
-if rec then
-  return replay(rec, digest)
-end
-local n = (#ARGV - 4) / 6
-local reply = { now, DENIED }
-check_group(reply, 4, n, 2, now, pad)
-for i = 1, n do
-  if reply[3 + (i - 1) * 5] ~= 1 then
-    return reply
+local function reserve(keys, argv)
+  local now = clock(argv[1])
+  local pad, digest, ttl = tonumber(argv[2]), argv[3], tonumber(argv[4])
+  local rec = load_record(keys[1], now)
+  if rec then
+    return replay(rec, digest)
   end
-end
-reply[2] = RESERVED
-local results, items = {}, {}
-for i = 3, #reply do
-  results[i - 2] = reply[i]
-end
-local k = 2
-for i = 1, n do
-  local a = 4 + (i - 1) * 5
-  local alg = tonumber(ARGV[a + 1])
-  local it = { alg, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
-    tonumber(ARGV[4 + 5 * n + i]), KEYS[k] }
-  if alg == SLIDING_LOG then
-    it[8] = KEYS[k + 1]
+  local n = (#argv - 4) / 6
+  local reply = { now, DENIED }
+  check_group(keys, argv, reply, 4, n, 2, now, pad)
+  for i = 1, n do
+    if reply[3 + (i - 1) * 5] ~= 1 then
+      return reply
+    end
   end
-  items[i] = it
-  k = k + key_count(alg)
+  reply[2] = RESERVED
+  local results, items = {}, {}
+  for i = 3, #reply do
+    results[i - 2] = reply[i]
+  end
+  local k = 2
+  for i = 1, n do
+    local a = 4 + (i - 1) * 5
+    local alg = tonumber(argv[a + 1])
+    local it = { alg, tonumber(argv[a + 2]), tonumber(argv[a + 3]), tonumber(argv[a + 4]), tonumber(argv[a + 5]),
+      tonumber(argv[4 + 5 * n + i]), keys[k] }
+    if alg == SLIDING_LOG then
+      it[8] = keys[k + 1]
+    end
+    items[i] = it
+    k = k + key_count(alg)
+  end
+  save_record(keys[1], { RECORD_RESERVED, digest, now, now + ttl, results, items }, now, pad)
+  return reply
 end
-save_record(KEYS[1], { RECORD_RESERVED, digest, now, now + ttl, results, items }, now, pad)
-return reply

@@ -9,5 +9,7 @@
 -- ARGV[7]: the spend, or "" to keep what items under SETTLE_SPEND charged.
 -- Reply: now, status.
 
-local now = clock(ARGV[1])
-return { now, settle_record(KEYS[1], now, tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7])) }
+local function settle(keys, argv)
+  local now = clock(argv[1])
+  return { now, settle_record(keys[1], now, tonumber(argv[2]), tonumber(argv[3]), argv[4] == '1', tonumber(argv[5]), argv[6] == '1', tonumber(argv[7])) }
+end

@@ -3,11 +3,8 @@
 
 local PPM = 1000000
 
-local function sc_shift(st, now, len, offset)
-  local s0, cur, prev = 0, 0, 0
-  if st then
-    s0, cur, prev = st[1], st[2], st[3]
-  end
+-- The window holding now and its two counts, from the stored ones.
+local function sc_shift(s0, cur, prev, now, len, offset)
   local start = window_start(now, len, offset, s0)
   if start == s0 then
     return start, cur, prev
@@ -71,7 +68,8 @@ local function sc_fit_at(len, start, cur, prev, budget)
 end
 
 local function sc_check(key, limit, len, offset, now, cost)
-  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len, offset)
+  local _, s0, c0, p0 = parse3(redis.call('GET', key))
+  local start, cur, prev = sc_shift(s0, c0, p0, now, len, offset)
   local est = cur + sc_prev_share(len, prev, now - start)
   local remaining, reset = math.max(0, limit - est), sc_reset(len, start, cur, prev, now)
   if cost > limit then
@@ -89,7 +87,8 @@ local function sc_check(key, limit, len, offset, now, cost)
 end
 
 local function sc_adjust(key, limit, len, offset, now, at, delta, pad)
-  local start, cur, prev = sc_shift(parse(redis.call('GET', key)), now, len, offset)
+  local _, s0, c0, p0 = parse3(redis.call('GET', key))
+  local start, cur, prev = sc_shift(s0, c0, p0, now, len, offset)
   local charged = window_start(at, len, offset, 0)
   if delta > 0 then
     cur = math.min(cur + delta, MAX_SLIDING_COUNT)

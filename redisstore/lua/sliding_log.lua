@@ -10,9 +10,9 @@ end
 -- the log (evicted under maxmemory), both are rebuilt from the log, so sums
 -- stay right and new members never collide with old ones.
 local function sl_meta(zkey, mkey)
-  local m = parse(redis.call('GET', mkey))
-  if m then
-    return m[1], m[2]
+  local found, sum0, seq0 = parse2(redis.call('GET', mkey))
+  if found then
+    return sum0, seq0
   end
   local sum, seq = 0, 0
   for _, member in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
