@@ -2,7 +2,11 @@ module github.com/tokenlimit/tokenlimit/bench
 
 go 1.26.0
 
-replace github.com/tokenlimit/tokenlimit => ../
+replace (
+	github.com/tokenlimit/tokenlimit => ../
+	github.com/tokenlimit/tokenlimit/envoycompat => ../envoycompat
+	github.com/tokenlimit/tokenlimit/server/rlsv3 => ../server/rlsv3
+)
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
@@ -11,6 +15,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/tokenlimit/tokenlimit v0.0.0-00010101000000-000000000000
+	github.com/tokenlimit/tokenlimit/server/rlsv3 v0.0.0-00010101000000-000000000000
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 )
@@ -25,6 +30,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tokenlimit/tokenlimit/envoycompat v0.0.0-00010101000000-000000000000 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.60.0 // indirect

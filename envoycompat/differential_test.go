@@ -30,7 +30,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tokenlimit/tokenlimit/cli"
 	"github.com/tokenlimit/tokenlimit/envoycompat"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
@@ -290,22 +289,45 @@ func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr strin
 	return c, "http://127.0.0.1:" + port + "/json"
 }
 
+// buildTokenlimit builds cmd/tokenlimit of this repository into a
+// temporary directory and returns the binary's path. The command is its own
+// module in the repository's workspace, so the build runs from the root.
+func buildTokenlimit(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tokenlimit")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tokenlimit")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/tokenlimit: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startTokenlimit runs tokenlimit serve --envoy-env as a process with env
+// and returns a client of its gRPC port and its POST /json URL.
 func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) (rlspb.RateLimitServiceClient, string) {
 	t.Helper()
+	cmd := exec.Command(buildTokenlimit(t), "serve", "--envoy-env", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0")
+	cmd.Env = os.Environ()
 	for k, v := range env {
-		t.Setenv(k, v)
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	t.Setenv("REDIS_URL", redisAddr)
-	t.Setenv("LOG_LEVEL", "info") // the address is in an info line
-	ctx, cancel := context.WithCancel(context.Background())
+	cmd.Env = append(cmd.Env, "REDIS_URL="+redisAddr, "LOG_LEVEL=info") // the address is in an info line
 	r, w := io.Pipe()
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	exited := make(chan struct{})
 	go func() {
-		cli.Run(ctx, []string{"serve", "--envoy-env", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"}, w, w)
+		cmd.Wait()
 		w.Close()
 		close(exited)
 	}()
-	t.Cleanup(func() { cancel(); <-exited })
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
 	addr, httpAddr := make(chan string, 1), make(chan string, 1)
 	logs := &lockedBuffer{}
 	go func() {
@@ -327,9 +349,9 @@ func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) (rls
 		waitReady(t, c, exited, logs.String)
 		return c, "http://" + <-httpAddr + "/json"
 	case <-exited:
-		t.Fatal("tokenlimit serve --envoy-env exited before serving gRPC")
+		t.Fatalf("tokenlimit serve --envoy-env exited before serving gRPC:\n%s", logs.String())
 	case <-time.After(60 * time.Second):
-		t.Fatal("tokenlimit serve --envoy-env: no gRPC address after 60 s")
+		t.Fatalf("tokenlimit serve --envoy-env: no gRPC address after 60 s:\n%s", logs.String())
 	}
 	return nil, ""
 }

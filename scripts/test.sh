@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's one test command: installs what the tests need, then vets,
-# runs staticcheck (pinned) and tests every package with the race detector.
+# runs staticcheck (pinned) and tests every package of every module with the
+# race detector.
 # Extra arguments go to go test, e.g. scripts/test.sh -run TestStore -v
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,14 +70,26 @@ if [ ! -x "$gobin/grpcurl" ]; then
 fi
 echo "==> $("$gobin/grpcurl" --version 2>&1)"
 
-echo "==> go vet ./..."
-go vet ./...
+# Every module go.work uses: the library at the root and the nested modules
+# of the service, its tests and the benchmarks (./... alone stops at a nested
+# module's go.mod). One go command over all of them, from the root, in the
+# workspace even when GOWORK is set otherwise.
+export GOWORK="$PWD/go.work"
+mapfile -t dirs < <(go list -m -f '{{.Dir}}')
+pkgs=()
+for dir in "${dirs[@]}"; do
+	pkgs+=(".${dir#"$PWD"}/...")
+done
+echo "==> ${#dirs[@]} modules: ${pkgs[*]}"
+
+echo "==> go vet"
+go vet "${pkgs[@]}"
 
 # staticcheck, pinned: the tree is kept clean of its findings.
-echo "==> staticcheck ./..."
-go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+echo "==> staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 "${pkgs[@]}"
 
-echo "==> go test -race -count=1 ./... $*"
-go test -race -count=1 ./... "$@"
+echo "==> go test -race -count=1 $*"
+go test -race -count=1 "${pkgs[@]}" "$@"
 
 echo "==> scripts/test.sh: all checks passed"
