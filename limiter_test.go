@@ -10,28 +10,11 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// fakeClock is one test's clock; nothing else reads it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // countingStore is a memstore that counts Settle calls and can be told to
 // fail them: a fake of our own Store interface around the real store.
@@ -51,14 +34,14 @@ func (s *countingStore) Settle(ctx context.Context, now time.Time, req tokenlimi
 	return s.Store.Settle(ctx, now, req)
 }
 
-func newTestLimiter(t *testing.T) (*tokenlimit.Limiter, *countingStore, *fakeClock) {
+func newTestLimiter(t *testing.T) (*tokenlimit.Limiter, *countingStore, *testkit.Clock) {
 	t.Helper()
 	ms, err := memstore.New(memstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := &countingStore{Store: ms}
-	clock := &fakeClock{now: t0}
+	clock := testkit.NewClock(t0)
 	lim, err := tokenlimit.NewLimiter(st, tokenlimit.WithClock(clock.Now))
 	if err != nil {
 		t.Fatal(err)

@@ -11,34 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/envoycompat"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
-	"github.com/tokenlimit/tokenlimit/memstore"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // base is 2026-01-01 00:00:00 UTC: a whole day and a whole week since the
 // Unix epoch, so the windows of SECOND to WEEK start there.
 var base = time.Unix(1767225600, 0)
 
-// clock is a fake clock for one engine.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
-
-// redisPrefix keeps the stores of one redis-server apart.
-var redisPrefix atomic.Int64
-
 // storeNames are the stores every behaviour runs on.
-var storeNames = []string{"memory", "redis"}
+var storeNames = []string{testkit.Memory, testkit.Redis}
 
 // stores starts what the named stores need for t and its subtests: a
 // redis-server, stopped when t ends.
@@ -52,22 +36,10 @@ func startStores(t *testing.T) stores {
 // decides at the caller's (fake) time.
 func (s stores) newStore(t *testing.T, name string) tokenlimit.Store {
 	t.Helper()
-	if name == "memory" {
-		st, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
+	if name == testkit.Memory {
+		return testkit.MemStore(t)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.redisAddr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(goredisclient.New(c), redisstore.Options{
-		Prefix: fmt.Sprintf("t%d:", redisPrefix.Add(1)), CallerTime: true, TTLPadding: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return testkit.RedisStore(t, s.redisAddr, testkit.GoRedis)
 }
 
 // parse loads one or more files given as name => YAML.
@@ -409,7 +381,7 @@ func TestEngine(t *testing.T) {
 		for _, c := range engineCases {
 			t.Run(store+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
-				clk := &clock{now: base}
+				clk := testkit.NewClock(base)
 				opts := c.opts
 				opts.Clock = clk.Now
 				e, err := envoycompat.New(ss.newStore(t, store), parse(t, envoycompat.LoadOptions{MergeDomains: c.merge}, c.files...), opts)
@@ -440,7 +412,7 @@ func TestHeaders(t *testing.T) {
 	for _, store := range storeNames {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{now: base.Add(15 * time.Second)}
+			clk := testkit.NewClock(base.Add(15 * time.Second))
 			cfg := parse(t, envoycompat.LoadOptions{}, "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: 2}}\n  - {key: j, rate_limit: {unit: hour, requests_per_unit: 5}}\n")
 			e, err := envoycompat.New(ss.newStore(t, store), cfg, envoycompat.Options{Clock: clk.Now, Headers: &envoycompat.HeaderNames{Limit: "L", Remaining: "R", Reset: "T"}})
 			if err != nil {

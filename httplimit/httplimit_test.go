@@ -19,6 +19,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/httplimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
@@ -26,17 +27,7 @@ import (
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a fake clock for one test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) Advance(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
-
-func newLimiter(t *testing.T, c *clock) *tokenlimit.Limiter {
+func newLimiter(t *testing.T, c *testkit.Clock) *tokenlimit.Limiter {
 	t.Helper()
 	st, err := memstore.New(memstore.Options{})
 	if err != nil {
@@ -100,7 +91,7 @@ func errorOf(t *testing.T, a answer) (field, message string) {
 // second) with embeddings that cost 3, keyed by X-Api-Key.
 func TestTokenBucketByHeader(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: t0}
+	c := testkit.NewClock(t0)
 	next := &hello{}
 	mw, err := httplimit.New(newLimiter(t, c), tokenlimit.TokenBucketLimit(10, 2, time.Second), httplimit.Options{
 		Name: "embed", Key: httplimit.KeyFromHeader("x-api-key"),
@@ -162,7 +153,7 @@ func TestBadAndMissingKeys(t *testing.T) {
 	limit := tokenlimit.FixedWindowLimit(5, time.Minute)
 	next := &hello{}
 	newMW := func(o httplimit.Options) http.Handler {
-		mw, err := httplimit.New(newLimiter(t, &clock{t: t0}), limit, o)
+		mw, err := httplimit.New(newLimiter(t, testkit.NewClock(t0)), limit, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +203,7 @@ func TestBadAndMissingKeys(t *testing.T) {
 
 func TestKeyFromIP(t *testing.T) {
 	t.Parallel()
-	mw, err := httplimit.New(newLimiter(t, &clock{t: t0}), tokenlimit.FixedWindowLimit(1, time.Minute), httplimit.Options{})
+	mw, err := httplimit.New(newLimiter(t, testkit.NewClock(t0)), tokenlimit.FixedWindowLimit(1, time.Minute), httplimit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +224,7 @@ func TestKeyFromIP(t *testing.T) {
 
 func TestNewRejectsBadArguments(t *testing.T) {
 	t.Parallel()
-	l := newLimiter(t, &clock{t: t0})
+	l := newLimiter(t, testkit.NewClock(t0))
 	good := tokenlimit.FixedWindowLimit(1, time.Second)
 	for name, f := range map[string]func() (*httplimit.Middleware, error){
 		"nil limiter": func() (*httplimit.Middleware, error) { return httplimit.New(nil, good, httplimit.Options{}) },

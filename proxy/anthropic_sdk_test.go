@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
@@ -78,7 +79,7 @@ func runSDK(t *testing.T, e *env, script, scenario, key string, retries int) sdk
 func TestAnthropicSDK(t *testing.T) {
 	t.Parallel()
 	script := anthropicSDK(t)
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		for _, scenario := range []string{"plain", "stream"} {
 			r := runSDK(t, e, script, scenario, alice, 0)
@@ -105,7 +106,7 @@ type sdkAttempts struct {
 	wait    time.Duration
 }
 
-func (a *sdkAttempts) wrap(clk *clock) func(http.Handler) http.Handler {
+func (a *sdkAttempts) wrap(clk *testkit.Clock) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			a.mu.Lock()
@@ -119,7 +120,7 @@ func (a *sdkAttempts) wrap(clk *clock) func(http.Handler) http.Handler {
 type retryAfterOnly struct {
 	http.ResponseWriter
 	a   *sdkAttempts
-	clk *clock
+	clk *testkit.Clock
 }
 
 func (w *retryAfterOnly) WriteHeader(status int) {
@@ -146,9 +147,9 @@ func (w *retryAfterOnly) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
 func TestAnthropicSDKRateLimit(t *testing.T) {
 	t.Parallel()
 	script := anthropicSDK(t)
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		var a sdkAttempts
-		var clk atomic.Pointer[clock] // the env's, once it is made
+		var clk atomic.Pointer[testkit.Clock] // the env's, once it is made
 		e := newEnv(t, store, withHandler(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.wrap(clk.Load())(next).ServeHTTP(w, r) })
 		}))

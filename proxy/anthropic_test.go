@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
@@ -57,7 +58,7 @@ func TestMessagesSettleToUsage(t *testing.T) {
 	for _, header := range []string{"x-api-key", "bearer"} {
 		t.Run(header, func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, store string) {
+			testkit.EachStore(t, func(t *testing.T, store string) {
 				e := newEnv(t, store)
 				e.up.set(func(b *behaviour) { b.CacheWrite, b.CacheRead = 5, 7 })
 				resp := e.sendMessages(context.Background(), header, alice, msgBody)
@@ -92,7 +93,7 @@ func TestMessagesSettleToUsage(t *testing.T) {
 // output tokens.
 func TestMessagesStreamSettlesToUsage(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.CacheRead = 100 })
 		resp := e.sendMessages(context.Background(), "x-api-key", alice, strings.Replace(msgBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1))
@@ -135,7 +136,7 @@ func TestMessagesMalformedEvents(t *testing.T) {
 func TestMessagesCutStreams(t *testing.T) {
 	t.Parallel()
 	body := strings.Replace(msgBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.CutAfter = 2 })
 		resp := e.sendMessages(context.Background(), "x-api-key", alice, body)
@@ -177,7 +178,7 @@ func TestMessagesCutStreams(t *testing.T) {
 // authentication_error.
 func TestMessages429InAnthropicShape(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.Prompt = 1981 })
 		resp := e.sendMessages(context.Background(), "x-api-key", bob, msgBody)

@@ -19,7 +19,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
-	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
@@ -91,10 +91,10 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := service.Options{Logger: quiet}
+	opts := service.Options{Logger: testkit.Quiet()}
 	switch store {
 	case "memory":
-		opts.Store, _ = memstore.New(memstore.Options{})
+		opts.Store = testkit.MemStore(b)
 	case "redis":
 		srv := redistest.Start(b)
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -112,7 +112,7 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 	e := &benchEnv{up: httptest.NewServer(newFakeUpstream())}
 	b.Cleanup(e.up.Close)
 	u, _ := url.Parse(e.up.URL)
-	p, err := proxy.New(svc, proxy.Options{Upstream: u, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: quiet})
+	p, err := proxy.New(svc, proxy.Options{Upstream: u, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: testkit.Quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}

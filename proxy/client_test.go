@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
@@ -34,7 +35,7 @@ var sayHello = openai.ChatCompletionNewParams{
 
 func TestOpenAIClient(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		c := newClient(e, alice)
 		ctx := context.Background()
@@ -97,7 +98,7 @@ type attempts struct {
 	waits []time.Duration
 }
 
-func (a *attempts) middleware(clk *clock) option.Middleware {
+func (a *attempts) middleware(clk *testkit.Clock) option.Middleware {
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		a.mu.Lock()
 		a.at = append(a.at, time.Now())
@@ -124,7 +125,7 @@ func (a *attempts) middleware(clk *clock) option.Middleware {
 // apart), and its retry passes. Without retries it reports our error.
 func TestOpenAIClientRetriesAfterOur429(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		// Use all but 108 tokens of bob's 2,000: chatBody reserves 109.
 		e.up.set(func(b *behaviour) { b.Prompt = 2000 - 108 - 9 })
@@ -136,7 +137,7 @@ func TestOpenAIClientRetriesAfterOur429(t *testing.T) {
 		e.up.set(func(b *behaviour) { b.Prompt = 31 })
 
 		var none attempts
-		noRetry := newClient(e, bob, option.WithMaxRetries(0), option.WithMiddleware(none.middleware(&clock{t: t0})))
+		noRetry := newClient(e, bob, option.WithMaxRetries(0), option.WithMiddleware(none.middleware(testkit.NewClock(t0))))
 		_, err := noRetry.Chat.Completions.New(context.Background(), sayHello)
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Type != "tokens" ||

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // TestTokenLimit429: bob's bucket of 2,000 tokens refills 2,000/min, 30ms a
@@ -15,7 +16,7 @@ import (
 // that far the same call passes.
 func TestTokenLimit429(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.Prompt = 1981 })
 		if resp, _ := e.post("/v1/chat/completions", bob, chatBody); resp.StatusCode != http.StatusOK {
@@ -51,7 +52,7 @@ func TestTokenLimit429(t *testing.T) {
 // pass: 429 with x-should-retry: false and no Retry-After.
 func TestRequestTooLarge(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, body := e.post("/v1/chat/completions", bob, strings.Replace(chatBody, `"max_tokens":100`, `"max_tokens":5000`, 1))
 		want := `{"error":{"message":"Request too large for tokens-per-key-model on tokens: Limit 2000, Requested 5009. The input or output tokens must be reduced in order to run successfully.",` +
@@ -66,7 +67,7 @@ func TestRequestTooLarge(t *testing.T) {
 // TestRequestLimit429: 60 requests a minute per key, whatever they cost.
 func TestRequestLimit429(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		for i := range 60 {
 			if resp, _ := e.get("/v1/models", alice); resp.StatusCode != http.StatusOK {
@@ -93,7 +94,7 @@ func TestRequestLimit429(t *testing.T) {
 // the local budget.
 func TestStoreFailing(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		var closed, open failingStore
 		failClosed := strings.Replace(exampleConfig, "    cost: request\n", "    cost: request\n    failure_mode: closed\n", 1)
 		ec := newEnv(t, store, withConfig(failClosed), withStore(func(s tokenlimit.Store) tokenlimit.Store { closed.Store = s; return &closed }))
@@ -122,7 +123,7 @@ func TestStoreFailing(t *testing.T) {
 // wrapped to a negative cost, which reserved nothing).
 func TestHugeParamsRejected(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		for _, tc := range []struct{ body, param, limit, got string }{
 			{`{"model":"gpt-4o","n":129,"max_tokens":1,"messages":[]}`, "n", "128", "129"},

@@ -5,26 +5,19 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
-	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -37,43 +30,11 @@ const (
 // t0 is the fake clocks' start: a Thursday, mid-morning UTC.
 var t0 = time.Date(2026, 1, 15, 9, 30, 0, 0, time.UTC)
 
-// clock is a fake clock safe for concurrent use, one per test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// stores are the stores every behaviour is tested on.
-var stores = []string{"memory", "redis"}
-
-// eachStore runs fn as a parallel subtest per store.
-func eachStore(t *testing.T, fn func(t *testing.T, store string)) {
-	t.Helper()
-	for _, store := range stores {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			fn(t, store)
-		})
-	}
-}
-
 // env is a proxy under test: its service on a store and a fake clock, the
 // fake upstream behind it, and the settlements it reports.
 type env struct {
 	t       *testing.T
-	clock   *clock
+	clock   *testkit.Clock
 	svc     *service.Service
 	store   tokenlimit.Store
 	redis   *redistest.Server
@@ -107,9 +68,6 @@ func withStore(wrap func(tokenlimit.Store) tokenlimit.Store) func(*setup) {
 	return func(s *setup) { s.store = wrap }
 }
 
-// quiet discards logs.
-var quiet = slog.New(slog.DiscardHandler)
-
 var exampleConfig = func() string {
 	data, err := os.ReadFile("../examples/proxy.yaml")
 	if err != nil {
@@ -128,41 +86,17 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 	for _, edit := range edits {
 		edit(&s)
 	}
-	cfg, err := config.Parse([]byte(s.yml), t.Name()+".yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, clock: &clock{t: t0}, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
-	opts := service.Options{Clock: e.clock.Now, Logger: quiet}
-	switch store {
-	case "memory":
-		st, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Store = st
-	case "redis":
-		e.redis = redistest.Start(t)
-		client := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
-		t.Cleanup(func() { client.Close() })
-		st, err := redisstore.New(goredisclient.New(client), redisstore.Options{CallerTime: true, TTLPadding: time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Store, opts.StoreTimeout = st, 10*time.Second
-	}
-	if s.store != nil {
-		opts.Store = s.store(opts.Store)
-	}
-	e.store = opts.Store
-	if e.svc, err = service.New(cfg, opts); err != nil {
-		t.Fatal(err)
+	cfg := testkit.ParseConfig(t, s.yml)
+	te := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: t0, WrapStore: s.store})
+	e := &env{
+		t: t, clock: te.Clock, svc: te.Service, store: te.Store, redis: te.Redis,
+		up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100),
 	}
 	e.upSrv = httptest.NewServer(e.up)
 	t.Cleanup(e.upSrv.Close)
 	upstream, _ := url.Parse(e.upSrv.URL)
 	popts := proxy.Options{
-		Upstream: upstream, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: quiet,
+		Upstream: upstream, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: testkit.Quiet(),
 		OnSettle: func(s proxy.Settlement) { e.settled <- s },
 	}
 	if s.proxy != nil {

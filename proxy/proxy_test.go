@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
@@ -25,7 +26,7 @@ const chatPrompt = 9
 
 func TestChatSettlesToUsageBeforeHeaders(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, body := e.post("/v1/chat/completions", alice, chatBody)
 		if resp.StatusCode != http.StatusOK || body != chatReply {
@@ -56,7 +57,7 @@ func TestChatSettlesToUsageBeforeHeaders(t *testing.T) {
 
 func TestStreamPassesChunksAtOnceAndStripsTheUsageItAdded(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		gate := make(chan struct{})
 		e.up.set(func(b *behaviour) { b.Gate = gate })
@@ -124,7 +125,7 @@ func assertUsed(t *testing.T, got, want map[string]int64) {
 
 func TestStreamKeepsTheUsageChunkTheClientAskedFor(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, body := e.post("/v1/chat/completions", alice,
 			`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_tokens":100,"messages":[{"role":"user","content":"Say hello"}]}`)
@@ -144,7 +145,7 @@ func TestStreamKeepsTheUsageChunkTheClientAskedFor(t *testing.T) {
 // is charged its prompt and the tokens of "Hello", nothing more.
 func TestClientDisconnectSettlesForwardedTokens(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.Hang = true })
 		ctx, cancel := context.WithCancel(context.Background())
@@ -182,7 +183,7 @@ func TestCutStreamSettlesForwardedTokens(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, store string) {
+			testkit.EachStore(t, func(t *testing.T, store string) {
 				e := newEnv(t, store)
 				e.up.set(func(b *behaviour) { b.CutAfter = 2 })
 				resp := e.send(context.Background(), http.MethodPost, tt.path, alice, tt.body)
@@ -226,7 +227,7 @@ func TestUpstreamFailuresAreRefunded(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, store string) {
+			testkit.EachStore(t, func(t *testing.T, store string) {
 				var edits []func(*setup)
 				if tt.opts != nil {
 					edits = append(edits, withOptions(tt.opts))
@@ -251,7 +252,7 @@ func TestUpstreamFailuresAreRefunded(t *testing.T) {
 
 func TestEmbeddingsReserveTheirInput(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, _ := e.post("/v1/embeddings", alice, `{"model":"text-embedding-3-small","input":["hello world","tokens"]}`)
 		if resp.StatusCode != http.StatusOK {
@@ -273,7 +274,7 @@ func TestResponsesAPISettlesInputPlusOutput(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "streamed"}[stream], func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, store string) {
+			testkit.EachStore(t, func(t *testing.T, store string) {
 				e := newEnv(t, store)
 				body := `{"model":"gpt-4o","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"Say hello"}]}],"max_output_tokens":100}`
 				if stream {
@@ -303,7 +304,7 @@ func TestResponsesAPISettlesInputPlusOutput(t *testing.T) {
 // charged the prompt and the counted reply.
 func TestNoUsageSettlesCountedTokens(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		e.up.set(func(b *behaviour) { b.NoUsage = true })
 		reply := count(t, "gpt-4o", "Hello there, friend!")
@@ -323,7 +324,7 @@ func TestNoUsageSettlesCountedTokens(t *testing.T) {
 // request and concurrency limits; no tokens are charged.
 func TestPassthroughCountsRequestsOnly(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, data := e.get("/v1/models", alice)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(data, `"gpt-4o"`) {
@@ -339,7 +340,7 @@ func TestPassthroughCountsRequestsOnly(t *testing.T) {
 
 func TestUnknownKeys(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		reject := newEnv(t, store, withOptions(func(o *proxy.Options) { o.UnknownKeys = proxy.RejectUnknownKeys }))
 		for key, msg := range map[string]string{
 			"sk-unknown-key-123456": "Incorrect API key provided: sk-u…(21 bytes). This proxy does not know that key.",
@@ -378,7 +379,7 @@ func TestUnknownKeys(t *testing.T) {
 // fit).
 func TestDefaultMaxTokensCappedAtSmallestBudget(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, _ := e.post("/v1/chat/completions", bob, `{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello"}]}`)
 		if resp.StatusCode != http.StatusOK {
@@ -398,7 +399,7 @@ func TestDefaultMaxTokensCappedAtSmallestBudget(t *testing.T) {
 // fourth request is denied until they end; every path releases its slot.
 func TestInFlightLimit(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		gate := make(chan struct{})
 		e.up.set(func(b *behaviour) { b.Gate = gate })
@@ -464,7 +465,7 @@ func TestUpstreamKeyReplacesTheClients(t *testing.T) {
 // ends.
 func TestInFlightSlotsComeBackAfterTheirLease(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		gate := make(chan struct{})
 		e.up.set(func(b *behaviour) { b.Gate = gate })
@@ -500,7 +501,7 @@ func TestLargeResponseStreamsThroughAtEstimate(t *testing.T) {
 	if proxy.DefaultMaxResponseBytes > 16<<20 || proxy.DefaultMaxBodyBytes > 4<<20 {
 		t.Errorf("default bounds: response %d, body %d bytes; want at most 16 MiB and 4 MiB", proxy.DefaultMaxResponseBytes, proxy.DefaultMaxBodyBytes)
 	}
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, withOptions(func(o *proxy.Options) { o.MaxResponseBytes = 32 }))
 		resp, body := e.post("/v1/chat/completions", alice, chatBody)
 		if resp.StatusCode != http.StatusOK || body != chatReply {

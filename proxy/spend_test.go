@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
@@ -51,7 +52,7 @@ func TestSpendSettledToTheMicroDollar(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			eachStore(t, func(t *testing.T, store string) {
+			testkit.EachStore(t, func(t *testing.T, store string) {
 				e := newEnv(t, store, withConfig(spendConfig))
 				e.up.set(func(b *behaviour) { b.CacheWrite, b.CacheRead = 5, 10 })
 				if tt.path == "/v1/messages" {
@@ -101,7 +102,7 @@ func formatMicro(micro int64) string {
 func TestSpendBudgetDenies(t *testing.T) {
 	t.Parallel()
 	spendOnly := strings.Replace(spendConfig, "  - {name: tokens-per-key, key: [api_key], algorithm: token_bucket, capacity: 100000, refill: 100000/min}\n", "", 1)
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, withConfig(spendOnly))
 		// 499,000 output tokens at $10/M: $4.99 of the $5.00.
 		e.up.set(func(b *behaviour) { b.Prompt, b.Completion = 0, 499_000 })

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -32,7 +33,7 @@ limits:
     limit: 2/h
     failure_mode: closed
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, before, t0)
 		u := D{"user": "u", "route": "/v1/chat"}
 		if v := e.svc.ConfigVersion(); v != 1 {
@@ -45,7 +46,7 @@ limits:
 			t.Fatalf("second request under 1/h: %s, want denied", describe(d))
 		}
 
-		e.svc.Reload(parseConfig(t, after))
+		e.svc.Reload(testkit.ParseConfig(t, after))
 		if v := e.svc.ConfigVersion(); v != 2 {
 			t.Errorf("version after a reload = %d, want 2", v)
 		}
@@ -73,7 +74,7 @@ limits:
 			t.Fatalf("third request under route-cap 2/h: %s, want denied by it", describe(d))
 		}
 
-		e.svc.Reload(parseConfig(t, before))
+		e.svc.Reload(testkit.ParseConfig(t, before))
 		if v := e.svc.ConfigVersion(); v != 3 {
 			t.Errorf("version after a second reload = %d, want 3", v)
 		}
@@ -106,7 +107,7 @@ limits:
     max_burst: 2
     shadow: true
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		ctx := context.Background()
 		u := D{"user": "u"}
@@ -159,7 +160,7 @@ func TestHealthHealthyStores(t *testing.T) {
 limits:
   - {name: a, algorithm: fixed_window, limit: 1/s}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		e.check(D{"user": "u"}, 1)
 		h := e.svc.Health()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -132,7 +133,7 @@ limits:
     limit: 5/min
     max_keys: 100
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		for i := range 100 {
 			if d := e.check(D{"user": "old" + strconv.Itoa(i)}, 1); !d.Allowed || d.Limits[0].Key != "per-user|user=old"+strconv.Itoa(i) {

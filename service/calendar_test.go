@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // Plans' quotas follow the calendar of the configured time zone: a day ends
@@ -24,7 +26,7 @@ plans:
 	}
 	at := func(y int, m time.Month, d, hh, mm int) time.Time { return time.Date(y, m, d, hh, mm, 0, 0, berlin) }
 
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		t.Run("daily quota resets at local midnight", func(t *testing.T) {
 			e := newEnv(t, store, yml, at(2026, 1, 15, 23, 30))
 			u := D{"user": "day"}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -43,7 +44,7 @@ limits:
     algorithm: fixed_window
     limit: 1000/min
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		tests := []struct {
 			desc D
@@ -118,7 +119,7 @@ limits:
 		{"user": "é", "tenant": "t"},
 		{"user": "%C3%A9", "tenant": "t"},
 	}
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		seen := map[string]D{}
 		for _, desc := range requests {
@@ -176,7 +177,7 @@ limits:
     rate: 1/h
     max_burst: 99999
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		tests := []struct {
 			desc D
@@ -236,7 +237,7 @@ api_keys:
   sk-a: {user: alice, tenant: acme, plan: pro}
   sk-b: {user: bob}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		tests := []struct {
 			name string
@@ -309,7 +310,7 @@ api_keys:
       window: {limit: 5/h}
   sk-small: {user: small}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		small := e.check(D{"api_key": "sk-small"}, 7)
 		big := e.check(D{"api_key": "sk-big"}, 7)
@@ -354,7 +355,7 @@ plans:
 api_keys:
   sk-pro: {plan: pro}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		for i := range 4 {
 			d := e.check(D{"api_key": "sk-anon"}, 1)
@@ -390,7 +391,7 @@ limits:
     limit: 1/h
     shadow: true
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		u := D{"user": "u"}
 		for i := range 3 {
@@ -432,7 +433,7 @@ limits:
     refill: 1/h
     shadow: true
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		for i := range 4 {
 			d := e.check(D{"user": "u"}, 1)
@@ -459,7 +460,7 @@ limits:
     limit: 100/h
     cost: 1
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		a := func(cost int64) service.Request {
 			return service.Request{Descriptors: D{"user": "a", "route": "/a"}, Cost: cost}
@@ -516,7 +517,7 @@ limits:
     algorithm: fixed_window
     limit: 5/h
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0, func(o *service.Options) { o.MaxDescriptorLength = 16 })
 		ctx := context.Background()
 		ok := service.Request{Descriptors: D{"user": strings.Repeat("u", 16)}}

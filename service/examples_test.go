@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // The LLM gateway example does what its comments say, on both stores.
@@ -18,7 +20,7 @@ func TestLLMGatewayExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, string(yml), time.Date(2026, 6, 30, 23, 0, 0, 0, berlin))
 		free := D{"api_key": "sk-demo-free", "model": "gpt-4o", "route": "/v1/chat"}
 		d := e.check(free, 30000)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -87,8 +88,8 @@ func TestClusterFailoverOverAdmission(t *testing.T) {
 			t.Fatal(err)
 		}
 		regs[i] = prometheus.NewRegistry()
-		svcs[i], err = service.New(parseConfig(t, failoverConfig), service.Options{
-			Store: st, Clock: clock, Registerer: regs[i], Logger: quiet,
+		svcs[i], err = service.New(testkit.ParseConfig(t, failoverConfig), service.Options{
+			Store: st, Clock: clock, Registerer: regs[i], Logger: testkit.Quiet(),
 			// Each replica writes back what it admitted locally at its first
 			// call once its breaker closes; until the other has, Redis does not
 			// count the other's local admissions. A short cooldown keeps that

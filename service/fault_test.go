@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
@@ -82,10 +83,10 @@ func testRedisOutage(t *testing.T, client string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := newClock(t0)
+	clk := testkit.NewClock(t0)
 	reg := prometheus.NewRegistry()
-	svc, err := service.New(parseConfig(t, outageConfig), service.Options{
-		Store: st, Clock: clk.Now, Registerer: reg, Logger: quiet,
+	svc, err := service.New(testkit.ParseConfig(t, outageConfig), service.Options{
+		Store: st, Clock: clk.Now, Registerer: reg, Logger: testkit.Quiet(),
 		StoreTimeout: 2 * time.Second, BreakerThreshold: 3, BreakerCooldown: breakerCooldown,
 	})
 	if err != nil {

@@ -3,150 +3,53 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
-	"github.com/tokenlimit/tokenlimit/memstore"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
 // D is a request's descriptors.
 type D = map[string]string
 
-// clock is a fake clock safe for concurrent use, one per test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // t0 is the base time of most tests: a Thursday, mid-morning UTC.
 var t0 = time.Date(2026, 1, 15, 9, 30, 0, 0, time.UTC)
-
-// stores are the two stores every service behaviour is tested on.
-var stores = []string{"memory", "redis"}
-
-// eachStore runs fn as a parallel subtest per store.
-func eachStore(t *testing.T, fn func(t *testing.T, store string)) {
-	t.Helper()
-	for _, store := range stores {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			fn(t, store)
-		})
-	}
-}
 
 // env is a service under test with its clock, metrics and store.
 type env struct {
 	t     *testing.T
 	svc   *service.Service
-	clock *clock
+	clock *testkit.Clock
 	reg   *prometheus.Registry
 	store tokenlimit.Store
 	redis *redistest.Server // nil for the memory store
 }
 
-var prefixes atomic.Int64
-
-// quiet discards the service's logs: store failures are expected in tests.
-var quiet = slog.New(slog.DiscardHandler)
-
-// newEnv starts a service on the named store ("memory" or "redis") enforcing
-// the YAML configuration yml, at time start of a fake clock. On Redis it
-// starts a redis-server of its own and decides at the fake clock's time
-// (CallerTime); the store timeout is generous so that a slow machine never
-// turns a check into a fail-open decision. edit, if given, changes the
-// options last.
+// newEnv starts a service on the named store (testkit.Memory or
+// testkit.Redis) enforcing the YAML configuration yml, at time start of a
+// fake clock. On Redis it starts a redis-server of its own and decides at
+// the fake clock's time (CallerTime). edit, if given, changes the options
+// last.
 func newEnv(t *testing.T, store, yml string, start time.Time, edit ...func(*service.Options)) *env {
 	t.Helper()
-	cfg := parseConfig(t, yml)
-	e := &env{t: t, clock: newClock(start), reg: prometheus.NewRegistry()}
-	opts := service.Options{Clock: e.clock.Now, Registerer: e.reg, Logger: quiet}
-	switch store {
-	case "memory":
-		st, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Store = st
-	case "redis":
-		e.redis = redistest.Start(t)
-		opts.Store = newRedisStore(t, e.redis.Addr())
-		opts.StoreTimeout = 10 * time.Second
-	default:
-		t.Fatalf("unknown store %q", store)
-	}
-	for _, f := range edit {
-		f(&opts)
-	}
-	e.store = opts.Store
-	svc, err := service.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.svc = svc
-	return e
-}
-
-// newRedisStore returns a Redis store on addr with a key prefix of its own,
-// deciding at the caller's time.
-func newRedisStore(t testing.TB, addr string) *redisstore.Store {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(goredisclient.New(c), redisstore.Options{
-		Prefix:     fmt.Sprintf("svc%d:", prefixes.Add(1)),
-		CallerTime: true,
-		TTLPadding: time.Hour,
+	te := testkit.NewService(t, testkit.Setup{
+		Store: store, Config: testkit.ParseConfig(t, yml), Start: start, Metrics: true,
+		Edit: func(o *service.Options) {
+			for _, f := range edit {
+				f(o)
+			}
+		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-func parseConfig(t testing.TB, yml string) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse([]byte(yml), "test.yaml")
-	if err != nil {
-		t.Fatalf("configuration:\n%v", err)
-	}
-	return cfg
+	return &env{t: t, svc: te.Service, clock: te.Clock, reg: te.Registry, store: te.Store, redis: te.Redis}
 }
 
 // check decides one request, failing the test on an error.

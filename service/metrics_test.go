@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -24,7 +25,7 @@ limits:
     limit: 1/h
     shadow: true
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		u := D{"user": "u"}
 		for range 19 {
@@ -76,7 +77,7 @@ limits:
 // Two services cannot share a registry by accident: New reports the clash.
 func TestMetricsRegisterTwice(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, "limits:\n  - {name: a, algorithm: fixed_window, limit: 1/s}\n")
+	cfg := testkit.ParseConfig(t, "limits:\n  - {name: a, algorithm: fixed_window, limit: 1/s}\n")
 	reg := prometheus.NewRegistry()
 	st, _ := memstore.New(memstore.Options{})
 	if _, err := service.New(cfg, service.Options{Store: st, Registerer: reg}); err != nil {

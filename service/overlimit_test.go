@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -35,7 +36,7 @@ limits:
 // retry-after and for costs at least the denied one; a smaller cost, the
 // end of the retry-after and this process's own refunds ask the store again.
 func TestLocalCacheAnswersDenialsUntilRetryAfter(t *testing.T) {
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		var counted *countingStore
 		e := newEnv(t, store, localCacheConfig, t0, func(o *service.Options) {
 			counted = &countingStore{Store: o.Store}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -59,7 +60,7 @@ func TestUnitsAndSelect(t *testing.T) {
 // in-flight slot released), settles once, and keeps no record when denied.
 func TestReserveWithUnits(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, proxySupportConfig, t0)
 		ctx := context.Background()
 		desc := D{"api_key": "k2", "model": "big"}

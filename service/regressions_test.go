@@ -17,6 +17,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -43,7 +44,7 @@ limits:
     limit: 10/h
     shadow: true
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		for range 3 {
 			e.check(D{"user": "u"}, 1)
@@ -66,7 +67,7 @@ limits:
     algorithm: fixed_window
     limit: 100/h
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		ctx := context.Background()
 		// Two values within the 256-byte cap whose escaped key exceeds

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -32,7 +33,7 @@ limits:
     limit: 1000/d
     cost: {by: model, weights: {big: 4}}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0, func(o *service.Options) { o.ReservationTTL = 10 * time.Minute })
 		ctx := context.Background()
 		u := D{"user": "u", "model": "big"}
@@ -162,7 +163,7 @@ limits:
     refill: 1/d
     cost: request
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		ctx := context.Background()
 		u := D{"user": "u"}

@@ -8,27 +8,18 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// fakeClock is a per-test clock.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) Now() time.Time { return c.t }
-
 func TestQuickstartSimulators(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg, err := config.Load("../examples/quickstart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := memstore.New(memstore.Options{})
-	svc, err := service.New(cfg, service.Options{Store: st, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: cfg, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}).Service
 	ctx := context.Background()
 	check := func(route string) service.Decision {
 		d, err := svc.Check(ctx, service.Request{Descriptors: map[string]string{"user": "alice", "route": route}})
@@ -76,23 +67,15 @@ func TestQuickstartSimulators(t *testing.T) {
 
 func TestConcurrencyLimitHoldsSlotsUntilSettled(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	cfg, err := config.Parse([]byte(`
+	e := testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Config: testkit.ParseConfig(t, `
 limits:
   - name: in-flight
     key: [api_key]
     algorithm: concurrency
     limit: 3
     lease: 1m
-`), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := memstore.New(memstore.Options{})
-	svc, err := service.New(cfg, service.Options{Store: st, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)})
+	svc, clock := e.Service, e.Clock
 	ctx := context.Background()
 	req := service.Request{Descriptors: map[string]string{"api_key": "k1"}}
 	reserve := func(id string) bool {
@@ -122,7 +105,7 @@ limits:
 	if reserve("f") {
 		t.Fatal("more than 3 in flight after a release")
 	}
-	clock.t = clock.t.Add(time.Minute) // the unsettled leases end: a crashed holder frees its slot
+	clock.Advance(time.Minute) // the unsettled leases end: a crashed holder frees its slot
 	if !reserve("g") {
 		t.Fatal("a slot whose lease ended was not reusable")
 	}
@@ -140,7 +123,7 @@ limits:
     algorithm: fixed_window
     limit: 5/h
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store, yml, t0)
 		if h := e.svc.Health(); h.Store != store {
 			t.Errorf("Health().Store = %q, want %q", h.Store, store)
@@ -175,7 +158,7 @@ func (hangingStore) Check(ctx context.Context, now time.Time, _ []tokenlimit.Ite
 // naming the option.
 func TestNegativeOptions(t *testing.T) {
 	t.Parallel()
-	cfg := parseConfig(t, "limits:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5/h}\n")
+	cfg := testkit.ParseConfig(t, "limits:\n  - {name: a, key: [user], algorithm: fixed_window, limit: 5/h}\n")
 	st, _ := memstore.New(memstore.Options{})
 	for name, edit := range map[string]func(*service.Options){
 		"StoreTimeout":        func(o *service.Options) { o.StoreTimeout = -time.Second },

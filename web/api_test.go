@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 	"github.com/tokenlimit/tokenlimit/web"
 )
@@ -111,7 +112,7 @@ func (o overviewAnswer) total(limit, result string) int64 {
 
 func TestOverview(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: base}
+	c := testkit.NewClock(base)
 	e := newEnv(t, c.Now, web.Options{}, false)
 	// Second 0: 6 requests on the sensitive route: 5 allowed, then the
 	// hard cap denies; the shadow limit would deny from the third.
@@ -279,7 +280,7 @@ type stateAnswer struct {
 
 func TestInspectAndReset(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: base}
+	c := testkit.NewClock(base)
 	off := newEnv(t, c.Now, web.Options{}, false)
 	off.post("/ui/api/inspect", `{}`, "Authorization: Bearer x").wantError(t, http.StatusForbidden, "Authorization", "endpoints are disabled")
 	off.post("/ui/api/reset", `{}`).wantError(t, http.StatusForbidden, "Authorization", "endpoints are disabled")

@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/tokenlimit/tokenlimit/config"
-	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 	"github.com/tokenlimit/tokenlimit/web"
 )
@@ -43,24 +40,6 @@ limits:
     shadow: true
 `
 
-// clock is a fake clock safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // env is a service with the dashboard over it.
 type env struct {
 	t     testing.TB
@@ -85,22 +64,12 @@ func serviceStats(svc *service.Service) *service.Stats {
 // now means real time. opts.Stats is filled in unless noStats.
 func newEnv(t testing.TB, now func() time.Time, opts web.Options, noStats bool) *env {
 	t.Helper()
-	cfg, err := config.Parse([]byte(testConfig), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if now == nil {
 		now = time.Now
 	}
-	svc, err := service.New(cfg, service.Options{Store: store, Clock: now, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: testkit.ParseConfig(t, testConfig), Clock: now}).Service
 	e := &env{t: t, svc: svc, now: now}
+	var err error
 	if !noStats {
 		e.stats = serviceStats(svc)
 		if e.fed = e.stats != nil; !e.fed {

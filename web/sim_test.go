@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
@@ -47,7 +48,7 @@ func (e *env) sim(t *testing.T, path string, session *string, body string) simAn
 // the first leaves the window.
 func TestSimWindow(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: base}
+	c := testkit.NewClock(base)
 	e := newEnv(t, c.Now, web.Options{}, false)
 	var session string
 	first := e.sim(t, "/ui/api/sim/window", &session, `"action": "peek"`)
@@ -97,7 +98,7 @@ func TestSimWindow(t *testing.T) {
 // what refilled meanwhile.
 func TestSimBucket(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: base}
+	c := testkit.NewClock(base)
 	e := newEnv(t, c.Now, web.Options{}, false)
 	var session string
 	a := e.sim(t, "/ui/api/sim/bucket", &session, `"action": "peek"`)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -24,7 +25,7 @@ func TestAdminAnswersLoopbackOnlyByDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(cfg, service.Options{Store: st, Logger: quiet()})
+	svc, err := service.New(cfg, service.Options{Store: st, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestAdminAnswersLoopbackOnlyByDefault(t *testing.T) {
 		{"[2001:db8::1]:4000", false, http.StatusForbidden},
 		{"203.0.113.7:4000", true, http.StatusOK},
 	} {
-		h, err := httpapi.New(svc, httpapi.Options{AdminToken: "secret", AdminFromAnywhere: tc.anywhere, Logger: quiet()})
+		h, err := httpapi.New(svc, httpapi.Options{AdminToken: "secret", AdminFromAnywhere: tc.anywhere, Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -278,8 +279,8 @@ limits:
 // decided locally, /readyz is degraded; all recover with the store.
 func TestStoreFailing(t *testing.T) {
 	t.Parallel()
-	store := &failingStore{Store: memBackend().store(t)}
-	b := backend{name: "failing"}
+	store := &failingStore{Store: testkit.MemStore(t)}
+	b := memBackend()
 	e := newEnv(t, b, setup{config: failureModesConfig, store: store, opts: httpapi.Options{AdminToken: "tok"},
 		svc: func(o *service.Options) {
 			o.BreakerThreshold = 1
@@ -351,8 +352,8 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 	// A store failure quoting the budget's key is logged without the api key:
 	// budget keys hold only its digest.
 	var failLog syncBuffer
-	store := &failingStore{Store: memBackend().store(t)}
-	f := newEnv(t, backend{name: "failing"}, setup{config: allDescriptorsConfig, store: store,
+	store := &failingStore{Store: testkit.MemStore(t)}
+	f := newEnv(t, memBackend(), setup{config: allDescriptorsConfig, store: store,
 		opts: httpapi.Options{Logger: slog.New(slog.NewJSONHandler(&failLog, nil)), AdminToken: "tok"}})
 	store.fail(true)
 	desc := `{"descriptors": {"api_key": "` + key + `", "user": "u", "model": "m", "tenant": "t", "route": "/r", "ip": "192.0.2.1"}}`

@@ -3,25 +3,17 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
-	"github.com/tokenlimit/tokenlimit/memstore"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -30,67 +22,22 @@ import (
 // with it.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// clock is a per-test fake clock, safe for the server's goroutines.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// backend makes a store for one test.
+// backend is the store a test runs on: testkit.Memory, or testkit.Redis on
+// a redis-server the tests of one run share (each store with its own keys).
 type backend struct {
 	name  string
-	store func(t *testing.T) tokenlimit.Store
+	redis *redistest.Server
 }
 
-func memBackend() backend {
-	return backend{name: "memstore", store: func(t *testing.T) tokenlimit.Store {
-		st, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}}
-}
+func memBackend() backend { return backend{name: testkit.Memory} }
 
-var prefixes atomic.Int64
-
-// redisBackend opens stores on srv, each with its own key prefix and client,
-// in caller-time mode so that the test's fake clock decides.
-func redisBackend(srv *redistest.Server) backend {
-	return backend{name: "redis", store: func(t *testing.T) tokenlimit.Store {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-		if err != nil {
-			t.Fatalf("rueidis: %v", err)
-		}
-		t.Cleanup(c.Close)
-		st, err := redisstore.New(rueidisclient.New(c), redisstore.Options{
-			Prefix:     fmt.Sprintf("httpapi%d:", prefixes.Add(1)),
-			CallerTime: true, TTLPadding: time.Hour,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}}
-}
+func redisBackend(srv *redistest.Server) backend { return backend{name: testkit.Redis, redis: srv} }
 
 // env is one test's server: a service on a store with a fake clock, behind
 // the API on a real loopback HTTP server.
 type env struct {
 	t      *testing.T
-	clock  *clock
+	clock  *testkit.Clock
 	svc    *service.Service
 	url    string
 	client *http.Client // the server's own: closing another test's server never breaks it
@@ -100,7 +47,7 @@ type env struct {
 type setup struct {
 	config string // YAML; empty for examples/quickstart.yaml
 	opts   httpapi.Options
-	store  tokenlimit.Store // overrides the backend's
+	store  tokenlimit.Store // replaces the backend's
 	svc    func(*service.Options)
 }
 
@@ -108,34 +55,23 @@ func newEnv(t *testing.T, b backend, s setup) *env {
 	t.Helper()
 	cfg := quickstart(t)
 	if s.config != "" {
-		var err error
-		if cfg, err = config.Parse([]byte(s.config), t.Name()+".yaml"); err != nil {
-			t.Fatal(err)
-		}
+		cfg = testkit.ParseConfig(t, s.config)
 	}
-	c := &clock{t: base}
-	store := s.store
-	if store == nil {
-		store = b.store(t)
+	ts := testkit.Setup{Store: b.name, Config: cfg, Start: base, Redis: b.redis, Client: testkit.Rueidis, Edit: s.svc}
+	if s.store != nil {
+		ts.WrapStore = func(tokenlimit.Store) tokenlimit.Store { return s.store }
 	}
-	so := service.Options{Store: store, Clock: c.Now, StoreTimeout: 5 * time.Second, Logger: quiet()}
-	if s.svc != nil {
-		s.svc(&so)
-	}
-	svc, err := service.New(cfg, so)
-	if err != nil {
-		t.Fatal(err)
-	}
+	te := testkit.NewService(t, ts)
 	if s.opts.Logger == nil {
-		s.opts.Logger = quiet()
+		s.opts.Logger = testkit.Quiet()
 	}
-	h, err := httpapi.New(svc, s.opts)
+	h, err := httpapi.New(te.Service, s.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{t: t, clock: c, svc: svc, url: srv.URL, client: srv.Client()}
+	return &env{t: t, clock: te.Clock, svc: te.Service, url: srv.URL, client: srv.Client()}
 }
 
 func quickstart(t *testing.T) *config.Config {
@@ -298,6 +234,3 @@ func (e *env) inspect(token, descriptors string) map[string]outcome {
 	}
 	return out
 }
-
-// quiet is a logger that drops everything.
-func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

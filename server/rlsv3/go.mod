@@ -9,7 +9,6 @@ replace (
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
-	github.com/redis/rueidis v1.0.79
 	github.com/tokenlimit/tokenlimit v0.0.0-00010101000000-000000000000
 	github.com/tokenlimit/tokenlimit/envoycompat v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.6
@@ -29,6 +28,9 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -3,17 +3,14 @@ package rlsv3_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/rueidis"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -25,9 +22,8 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
-	"github.com/tokenlimit/tokenlimit/redisstore"
-	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -35,83 +31,28 @@ import (
 // base is the fixed time every test starts at.
 var base = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 
-// clock is a per-test fake clock, safe to read from the server's goroutines
-// while the test advances it.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(base.UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *clock) String() string          { return c.Now().Sub(base).String() }
-
 // harness is a real gRPC server on a loopback port serving one service, and
 // a generated client connected to it.
 type harness struct {
 	client rlspb.RateLimitServiceClient
-	clock  *clock
+	clock  *testkit.Clock
 	redis  *redistest.Server // nil on the embedded store
 }
-
-// stores are the two stores every behaviour is checked on.
-var stores = []string{"memory", "redis"}
-
-// eachStore runs f once per store, as parallel subtests.
-func eachStore(t *testing.T, f func(t *testing.T, store string)) {
-	for _, store := range stores {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			f(t, store)
-		})
-	}
-}
-
-var prefixes atomic.Int64
 
 // start serves cfg from the named store. Redis runs in caller-time mode
 // behind a real redis-server, with the service treating it as remote
 // (timeouts, breaker, failure modes).
 func start(t *testing.T, store string, cfg *config.Config, tweak ...func(*service.Options)) *harness {
 	t.Helper()
-	h := &harness{clock: newClock()}
-	opts := service.Options{Clock: h.clock.Now, StoreTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
-	switch store {
-	case "memory":
-		st, err := memstore.New(memstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Store = st
-	case "redis":
-		h.redis = redistest.Start(t)
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{h.redis.Addr()}, DisableCache: true})
-		if err != nil {
-			t.Fatalf("rueidis: %v", err)
-		}
-		t.Cleanup(c.Close)
-		st, err := redisstore.New(rueidisclient.New(c), redisstore.Options{
-			Prefix: fmt.Sprintf("rls%d:", prefixes.Add(1)), CallerTime: true, TTLPadding: time.Hour,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Store = st
-	default:
-		t.Fatalf("unknown store %q", store)
-	}
-	for _, f := range tweak {
-		f(&opts)
-	}
-	svc, err := service.New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.client = serve(t, svc)
-	return h
+	te := testkit.NewService(t, testkit.Setup{
+		Store: store, Config: cfg, Start: base, Client: testkit.Rueidis,
+		Edit: func(o *service.Options) {
+			for _, f := range tweak {
+				f(o)
+			}
+		},
+	})
+	return &harness{client: serve(t, te.Service), clock: te.Clock, redis: te.Redis}
 }
 
 // serve registers svc on a new gRPC server listening on 127.0.0.1:0 and
@@ -164,7 +105,7 @@ func (h *harness) call(t *testing.T, req *rlspb.RateLimitRequest) *rlspb.RateLim
 	t.Helper()
 	resp, err := h.client.ShouldRateLimit(context.Background(), req)
 	if err != nil {
-		t.Fatalf("at +%s: ShouldRateLimit(%v): %v", h.clock, prototext.Format(req), err)
+		t.Fatalf("at +%s: ShouldRateLimit(%v): %v", h.clock.Now().Sub(base), prototext.Format(req), err)
 	}
 	return resp
 }
@@ -242,7 +183,7 @@ func expect(t *testing.T, step string, got *rlspb.RateLimitResponse, code rlspb.
 // number of every status and header.
 func TestQuickstart(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, loadConfig(t, "../../examples/quickstart.yaml"))
 		// A chat, then three embeds empty alice's bucket of 10; it refills
 		// one token per 0.5s, so 10 tokens take 5s: "10 per 5 seconds".
@@ -341,7 +282,7 @@ func ceil(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Sec
 // route weights, so it stays at 1 whatever hits_addend says.
 func TestHitsAddendIsCost(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, loadConfig(t, "../../examples/quickstart.yaml"))
 		sensitive := func(user string) *commonpb.RateLimitDescriptor {
 			return desc("user", user, "route", "/v1/sensitive")
@@ -388,7 +329,7 @@ func TestHitsAddendIsCost(t *testing.T) {
 // limits are charged nothing, as the next request shows.
 func TestAtomicAcrossDescriptors(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, loadConfig(t, "../../examples/quickstart.yaml"))
 		// frank fills his hard cap in one call (and pays 1 from his bucket).
 		h.call(t, request("llm", hits(desc("user", "frank", "route", "/v1/sensitive"), 5)))
@@ -419,7 +360,7 @@ func TestAtomicAcrossDescriptors(t *testing.T) {
 // both costs, and both statuses report it.
 func TestOverlappingDescriptors(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, loadConfig(t, "../../examples/quickstart.yaml"))
 		resp := h.call(t, request("llm", desc("user", "gina"), desc("user", "gina", "route", "/v1/embed")))
 		// 1 (no route: the default weight) + 3 (embed) = 4.
@@ -455,7 +396,7 @@ limits:
     algorithm: fixed_window
     limit: 2/min
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, parseConfig(t, cfg))
 		for _, r := range []*rlspb.RateLimitRequest{
 			request("other", desc("ip", "10.0.0.1")),           // unknown domain
@@ -571,7 +512,7 @@ func TestInvalidArgument(t *testing.T) {
 		{"descriptor hits_addend too big", request("llm", desc("user", "a"), hits(desc("user", "b"), 1<<41)), "descriptors[1].hits_addend: at most"},
 		{"value too long", request("llm", desc("user", "a"), desc("user", long)), "descriptors[1].entries.user: at most 256 bytes"},
 	}
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, loadConfig(t, "../../examples/quickstart.yaml"))
 		for _, c := range cases {
 			_, err := h.client.ShouldRateLimit(context.Background(), c.req)
@@ -625,7 +566,7 @@ api_keys:
     overrides:
       per-key: {rate: 120/h, max_burst: 239}
 `
-	eachStore(t, func(t *testing.T, store string) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
 		h := start(t, store, parseConfig(t, cfg))
 		// The free plan's daily quota (5 of 5 and 100) is the tightest; it
 		// resets at midnight UTC, 14h after base (10:00).

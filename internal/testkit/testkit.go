@@ -1,0 +1,231 @@
+// Package testkit is what the tests of several packages share: a fake
+// clock, the stores every behaviour is checked on, and a service on one of
+// them at a fake time, which the HTTP API's, the gRPC server's, the proxy's
+// and the dashboard's tests put their own front on.
+//
+// Only tests import it (external test packages: it imports the service).
+package testkit
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/redisstore"
+	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
+	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// Clock is a fake clock, safe for concurrent use: the code under test reads
+// it from its own goroutines while the test sets or advances it. The zero
+// Clock reads the zero time.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock reading start.
+func NewClock(start time.Time) *Clock { return &Clock{t: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock to t, backwards too.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// Advance moves the clock d forward (backward for a negative d).
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// The stores every behaviour is checked on, by name.
+const (
+	Memory = "memory" // the embedded store
+	Redis  = "redis"  // the Redis store on a real redis-server
+)
+
+// EachStore runs fn as a parallel subtest of t per store: Memory, then
+// Redis.
+func EachStore(t *testing.T, fn func(t *testing.T, store string)) {
+	t.Helper()
+	for _, store := range []string{Memory, Redis} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			fn(t, store)
+		})
+	}
+}
+
+// MemStore returns a fresh embedded store with default options.
+func MemStore(tb testing.TB) *memstore.Store {
+	tb.Helper()
+	st, err := memstore.New(memstore.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+// Client is the Redis client a test's Redis store runs on.
+type Client int
+
+const (
+	// GoRedis is go-redis, the zero Client.
+	GoRedis Client = iota
+	// Rueidis is rueidis, the client tokenlimit serve uses.
+	Rueidis
+)
+
+// prefixes numbers the Redis stores of a test binary, so that stores
+// sharing one redis-server never share keys.
+var prefixes atomic.Int64
+
+// RedisStore returns a Redis store on the redis-server at addr over client,
+// with a key prefix of its own, deciding at the caller's (fake) time and
+// keeping keys an hour past their windows, so that a fake clock ahead of
+// the server's never sees them expire early. The client closes when tb
+// ends.
+func RedisStore(tb testing.TB, addr string, client Client) *redisstore.Store {
+	tb.Helper()
+	var c redisstore.Scripter
+	switch client {
+	case GoRedis:
+		rc := redis.NewClient(&redis.Options{Addr: addr})
+		tb.Cleanup(func() { rc.Close() })
+		c = goredisclient.New(rc)
+	case Rueidis:
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			tb.Fatalf("rueidis: %v", err)
+		}
+		tb.Cleanup(rc.Close)
+		c = rueidisclient.New(rc)
+	default:
+		tb.Fatalf("unknown Redis client %d", client)
+	}
+	st, err := redisstore.New(c, redisstore.Options{
+		Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)), CallerTime: true, TTLPadding: time.Hour,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+// Quiet is a logger that discards everything: store failures are expected
+// in tests.
+func Quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// ParseConfig parses a configuration given as YAML, failing tb on an
+// error.
+func ParseConfig(tb testing.TB, yml string) *config.Config {
+	tb.Helper()
+	cfg, err := config.Parse([]byte(yml), tb.Name()+".yaml")
+	if err != nil {
+		tb.Fatalf("configuration:\n%v", err)
+	}
+	return cfg
+}
+
+// Setup describes a service for NewService. Only Store and Config are
+// required.
+type Setup struct {
+	// Store is Memory or Redis.
+	Store string
+	// Config is the configuration the service enforces.
+	Config *config.Config
+	// Start is the fake clock's time at the start.
+	Start time.Time
+	// Clock, if set, is the service's clock instead of the fake one (which
+	// nothing reads then): time.Now for a test on real time.
+	Clock func() time.Time
+	// Redis is the redis-server of a Redis store; nil starts one for the
+	// test alone.
+	Redis *redistest.Server
+	// Client is the Redis store's client.
+	Client Client
+	// WrapStore, if set, wraps the store the service is given.
+	WrapStore func(tokenlimit.Store) tokenlimit.Store
+	// Metrics registers the service's metrics on Env.Registry.
+	Metrics bool
+	// Edit, if set, changes the service's options last.
+	Edit func(*service.Options)
+}
+
+// Env is a service under test on one store at a fake time.
+type Env struct {
+	// Service decides.
+	Service *service.Service
+	// Clock is the service's clock.
+	Clock *Clock
+	// Store is the store the service was given (wrapped, if it was).
+	Store tokenlimit.Store
+	// Redis is the Redis store's server, nil on the embedded store.
+	Redis *redistest.Server
+	// Registry holds the service's metrics; nil unless Setup.Metrics.
+	Registry *prometheus.Registry
+}
+
+// NewService starts a service as s describes it, logging nothing. Its
+// store timeout is 10 s, so that a
+// slow machine never turns a check into a failure-mode decision; s.Edit
+// may change that.
+func NewService(tb testing.TB, s Setup) *Env {
+	tb.Helper()
+	e := &Env{Clock: NewClock(s.Start)}
+	opts := service.Options{Clock: s.Clock, Logger: Quiet(), StoreTimeout: 10 * time.Second}
+	if s.Metrics {
+		e.Registry = prometheus.NewRegistry()
+		opts.Registerer = e.Registry
+	}
+	if opts.Clock == nil {
+		opts.Clock = e.Clock.Now
+	}
+	switch s.Store {
+	case Memory:
+		opts.Store = MemStore(tb)
+	case Redis:
+		e.Redis = s.Redis
+		if e.Redis == nil {
+			e.Redis = redistest.Start(tb)
+		}
+		opts.Store = RedisStore(tb, e.Redis.Addr(), s.Client)
+	default:
+		tb.Fatalf("unknown store %q", s.Store)
+	}
+	if s.WrapStore != nil {
+		opts.Store = s.WrapStore(opts.Store)
+	}
+	if s.Edit != nil {
+		s.Edit(&opts)
+	}
+	e.Store = opts.Store
+	svc, err := service.New(s.Config, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.Service = svc
+	return e
+}
