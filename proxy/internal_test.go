@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/config"
-	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -273,20 +272,10 @@ func TestStreamCountsAsItGoes(t *testing.T) {
 	}
 }
 
-// testService is a service with one token limit, for proxies built by hand.
+// testService is a service with one token limit on real time, for proxies
+// built by hand.
 func testService(t *testing.T) *service.Service {
 	t.Helper()
-	cfg, err := config.Parse([]byte("limits: [{name: t, algorithm: token_bucket, capacity: 1000, refill: 1000/min}]"), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := memstore.New(memstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(cfg, service.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
+	cfg := testkit.ParseConfig(t, "limits: [{name: t, algorithm: token_bucket, capacity: 1000, refill: 1000/min}]")
+	return testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: cfg, Clock: time.Now}).Service
 }

@@ -566,3 +566,75 @@ limits:
 		}
 	})
 }
+
+// Each shadow limit must be a dry run of enforcing it: whether one shadow
+// limit is over its budget must not decide whether another is charged.
+func TestShadowLimitsAreChargedIndependently(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: enforced
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+  - name: shadow-tight
+    key: [user]
+    algorithm: fixed_window
+    limit: 1/h
+    shadow: true
+  - name: shadow-loose
+    key: [user]
+    algorithm: fixed_window
+    limit: 10/h
+    shadow: true
+`
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		for range 3 {
+			e.check(D{"user": "u"}, 1)
+		}
+		// Three requests were admitted: shadow-loose saw all three.
+		if got := e.remaining(D{"user": "u"}, "shadow-loose"); got != 7 {
+			t.Errorf("shadow-loose remaining after 3 admitted requests = %d, want 7 (shadow-tight's denial stopped its charge)", got)
+		}
+	})
+}
+
+// A request the service cannot check because of its own content must be
+// reported as ErrInvalidRequest (a 400), not as an internal error.
+func TestStoreValidationErrorsAreInvalidRequests(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: per-user
+    key: [user, tenant]
+    algorithm: fixed_window
+    limit: 100/h
+`
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, yml, t0)
+		ctx := context.Background()
+		// Two values within the 256-byte cap whose escaped key exceeds
+		// tokenlimit.MaxKeyLength (1024).
+		long := strings.Repeat("|", 256)
+		_, err := e.svc.Check(ctx, service.Request{Descriptors: D{"user": long, "tenant": long}})
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("descriptors within the cap, key too long: %v; want a decision, or ErrInvalidRequest", err)
+		}
+		// Two requests selecting one budget.
+		r := service.Request{Descriptors: D{"user": "u", "tenant": "t"}}
+		_, err = e.svc.Check(ctx, r, r)
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("two requests on one budget: %v; want a decision, or ErrInvalidRequest", err)
+		}
+		// More than 32 budgets in one call.
+		var many []service.Request
+		for i := range 33 {
+			many = append(many, service.Request{Descriptors: D{"user": strings.Repeat("u", i+1), "tenant": "t"}})
+		}
+		_, err = e.svc.Check(ctx, many...)
+		if err != nil && !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("33 budgets in one check: %v; want a decision, or ErrInvalidRequest", err)
+		}
+	})
+}

@@ -393,3 +393,72 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A caller giving up (its context cancelled: a client disconnecting) says
+// nothing about Redis: it must not count as a store failure, open the
+// breaker and put every other caller on the failure modes.
+func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: closed
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) { o.BreakerThreshold = 3 })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		e.svc.Check(ctx, service.Request{Descriptors: D{"user": "gone"}})
+	}
+	if h := e.svc.Health(); h.Degraded {
+		t.Errorf("Health() after 3 cancelled callers = %+v, want not degraded: Redis is fine", h)
+	}
+	d := e.check(D{"user": "other"}, 1)
+	if !d.Allowed || d.Unavailable {
+		t.Errorf("a healthy caller after 3 cancelled ones: %s, want allowed by Redis", describe(d))
+	}
+	if got := metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+		t.Errorf("store errors = %v, want 0", got)
+	}
+}
+
+// Health must not stay degraded forever once the store is back: with no
+// traffic nothing ever tries the store again (a readiness probe that takes
+// the replica out of rotation while degraded would keep it out for good).
+func TestHealthRecoversWithoutTraffic(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: closed
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+    failure_mode: closed
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) {
+		// A generous timeout: on a loaded machine the probe's first call
+		// on a fresh connection can take longer than a production timeout.
+		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, time.Second, 2*time.Second
+	})
+	e.redis.Stop()
+	if d := e.check(D{"user": "u"}, 1); !d.Unavailable || !e.svc.Health().Degraded {
+		t.Fatalf("Redis down: %s, %+v", describe(d), e.svc.Health())
+	}
+	e.redis.Restart()
+	// Health probes the store itself once per cooldown, as a readiness
+	// probe calling it every few seconds would see. The first probe may
+	// still meet the connection that died with the old server; a few
+	// cooldowns later, with no traffic, the service has recovered.
+	const probes = 5
+	var h service.Health
+	for range probes {
+		e.clock.Advance(time.Minute)
+		if h = e.svc.Health(); !h.Degraded {
+			return
+		}
+	}
+	t.Errorf("Health() after %d probes a minute (fake) apart with Redis back and no traffic = %+v, want recovered", probes, h)
+}

@@ -209,3 +209,75 @@ limits:
 		}
 	})
 }
+
+// While the store is down, a fail-open concurrency limit counts requests in
+// flight locally, and settling them releases their slots there: fail-open
+// must not turn into fail-closed for the length of a lease. Token estimates
+// are refunded locally too.
+func TestFailOpenReservationsSettleOnTheLocalBudget(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: in-flight
+    key: [api_key]
+    algorithm: concurrency
+    limit: 3
+  - name: tokens
+    key: [api_key]
+    algorithm: token_bucket
+    capacity: 100
+    refill: 1/h
+`
+	e := newEnv(t, "redis", yml, t0, func(o *service.Options) {
+		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, time.Hour, 50*time.Millisecond
+	})
+	e.redis.Stop()
+	ctx := context.Background()
+	req := service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 30}
+	for i := range 6 {
+		d, err := e.svc.Reserve(ctx, "", req)
+		if err != nil || !d.Allowed || !d.Reserved {
+			t.Fatalf("request %d with Redis down: %s, err %v; want admitted on the local budget", i, describe(d), err)
+		}
+		for _, o := range d.Limits {
+			if !o.FailOpen {
+				t.Fatalf("request %d: %s decided on the store, want fail-open", i, o.Name)
+			}
+		}
+		if st, err := e.svc.Settle(ctx, d.ReservationID, 10); err != nil || st != tokenlimit.Settled { // 10 of the 30 reserved
+			t.Fatalf("settle %d: %s, %v", i, st, err)
+		}
+	}
+	// 6 × 10 tokens charged locally: 40 of 100 left, all 3 slots free.
+	d, err := e.svc.Reserve(ctx, "", service.Request{Descriptors: map[string]string{"api_key": "k"}, Cost: 40})
+	if err != nil || !d.Allowed {
+		t.Fatalf("after 6 settled requests: %s, %v; want 40 tokens and a slot left", describe(d), err)
+	}
+	if o := mustOutcome(t, d, "tokens"); o.Remaining != 0 {
+		t.Errorf("tokens left %d, want 0 (100 - 6×10 - 40)", o.Remaining)
+	}
+}
+
+// A reserve that selects no limit is admitted, as a check would be, and
+// records nothing: settling it finds no reservation.
+func TestReserveOfNoLimitRecordsNothing(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: tokens
+    key: [user]
+    algorithm: token_bucket
+    capacity: 1000
+    refill: 1/s
+`
+	e := newEnv(t, "memory", yml, t0)
+	ctx := context.Background()
+	nothing := service.Request{Descriptors: D{"route": "/selects-nothing"}}
+	d, err := e.svc.Reserve(ctx, "no-limit", nothing)
+	if err != nil || !d.Allowed || d.Reserved {
+		t.Fatalf("a reserve selecting no limit: %v %s, want admitted with nothing reserved", err, describe(d))
+	}
+	if st, err := e.svc.Settle(ctx, "no-limit", 0); err != nil || st != tokenlimit.UnknownReservation {
+		t.Errorf("settling it: %s, %v; want unknown", st, err)
+	}
+}
