@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,24 +196,25 @@ func batchContext(jobs []*batchJob) (context.Context, context.CancelFunc) {
 // checkMany runs check_batch.lua on jobs and writes each job's results and
 // decision time.
 func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
-	nk, na := 0, 1
+	nk, nv := 0, 0
 	for _, j := range jobs {
 		nk += len(j.items) + 1
-		na += 2 + 5*len(j.items)
+		nv += 2 + 5*len(j.items)
 	}
-	keys, args := make([]string, 0, nk), make([]string, 1, na)
-	args[0] = s.padMs
+	keys := make([]string, 0, nk)
+	packed := appendArray(make([]byte, 0, 5+nv*5), nv)
 	for _, j := range jobs {
-		now := ""
+		now := int64(serverTime)
 		if s.caller {
-			now = strconv.FormatInt(j.now.UnixMicro(), 10)
+			now = j.now.UnixMicro()
 		}
-		args = append(args, now, strconv.Itoa(len(j.items)))
+		packed = appendInt(appendInt(packed, now), int64(len(j.items)))
 		for _, it := range j.items {
 			keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
-			args = appendParams(args, it.Limit, it.Cost)
+			packed = appendItem(packed, it.Limit, it.Cost)
 		}
 	}
+	args := []string{s.padMs, string(packed)}
 	reply, err := s.run(ctx, checkBatch, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)

@@ -197,11 +197,11 @@ func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit
 // checkAt is checkOnce deciding at now when callerTime, else at the
 // server's TIME.
 func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	keys, args := make([]string, 0, len(items)+1), s.headerAt(now, callerTime, 5*len(items))
+	keys := make([]string, 0, len(items)+1)
 	for _, it := range items {
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
-		args = appendParams(args, it.Limit, it.Cost)
 	}
+	args := append(s.headerAt(now, callerTime, 1), packItems(items))
 	sc := checkSc
 	if len(items) == 1 {
 		sc = checkOne[items[0].Limit.Algorithm]
@@ -301,13 +301,10 @@ func (s *Store) headerAt(now time.Time, callerTime bool, more int) []string {
 	return args
 }
 
-// appendParams adds an item's algorithm, parameters and cost (or delta).
+// appendParams adds an item's algorithm, parameters and cost (or delta) as
+// decimal arguments (adjust.lua's form; checks pack theirs, params.go).
 func appendParams(args []string, l tokenlimit.Limit, cost int64) []string {
-	p1, p2, p3 := l.Quota, l.Period.Microseconds(), l.Offset.Microseconds()
-	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
-		p1 = l.Capacity()
-		p2, p3 = l.Interval()
-	}
+	p1, p2, p3 := limitParams(l)
 	return append(args, strconv.Itoa(int(l.Algorithm)), strconv.FormatInt(p1, 10),
 		strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), strconv.FormatInt(cost, 10))
 }

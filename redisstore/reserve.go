@@ -55,15 +55,15 @@ func (s *Store) reserveAt(ctx context.Context, now time.Time, callerTime bool, r
 	items []tokenlimit.Item, rules []tokenlimit.SettleRule, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
 	keys := make([]string, 1, len(items)+2)
 	keys[0] = record
-	args := s.headerAt(now, callerTime, 2+6*len(items))
-	args = append(args, digest, strconv.FormatInt(ttl.Microseconds(), 10))
+	packed := appendArray(make([]byte, 0, 5+len(items)*26), 6*len(items))
 	for _, it := range items {
 		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
-		args = appendParams(args, it.Limit, it.Cost)
+		packed = appendItem(packed, it.Limit, it.Cost)
 	}
 	for _, rule := range rules {
-		args = append(args, strconv.Itoa(int(rule)))
+		packed = appendInt(packed, int64(rule))
 	}
+	args := append(s.headerAt(now, callerTime, 3), digest, strconv.FormatInt(ttl.Microseconds(), 10), string(packed))
 	reply, err := s.runIdempotent(ctx, reserveSc, keys, args)
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: %w", err)

@@ -2,8 +2,8 @@
 -- State: the theoretical arrival time "tat" (an integer, so Redis stores it
 -- in 8 bytes) or "tat:frac" when the interval leaves a fraction of a µs.
 
-local function tb_load(key, now)
-  local v = redis.call('GET', key)
+-- The bucket stored as v (nil: none) at now.
+local function tb_state(v, now)
   if not v then
     return now, 0
   end
@@ -46,11 +46,12 @@ local function tb_encode(tat, frac)
   if frac == 0 then
     return int(tat)
   end
-  return int(tat) .. ':' .. int(frac)
+  return string.format('%d:%d', tat, frac)
 end
 
-local function tb_check(key, cap, num, den, now, cost)
-  local tat, frac = tb_load(key, now)
+-- Decides a cost against the bucket stored as v (the key's value, or nil).
+local function tb_check(v, cap, num, den, now, cost)
+  local tat, frac = tb_state(v, now)
   local span = fdiv(cap * num, den)
   if cost > cap then
     return 0, 1, tb_left(cap, num, den, span, tat, frac, now), 0, tb_reset(tat, frac, now)
@@ -71,7 +72,7 @@ local function tb_check(key, cap, num, den, now, cost)
 end
 
 local function tb_adjust(key, cap, num, den, now, delta, pad)
-  local tat, frac = tb_load(key, now)
+  local tat, frac = tb_state(redis.call('GET', key), now)
   if delta >= 0 then
     tat, frac = tb_add(tat, frac, delta, num, den)
     if tat - now > MAX_DEBT then

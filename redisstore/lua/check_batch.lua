@@ -1,29 +1,29 @@
 -- check_batch.lua: decides several independent checks in one call, in
 -- order, each all or nothing as check.lua decides one: a batch shares one
--- call's fixed cost. ARGV[1]: TTL padding in ms; then per check: now in µs
--- or "" for the server's TIME (read once per call), the number of items n,
--- and 5 values per item as in check.lua. KEYS: every check's keys in order.
+-- call's fixed cost. ARGV[1]: TTL padding in ms; ARGV[2]: a MessagePack
+-- array holding per check: now in µs or -1 for the server's TIME (read once
+-- per call), the number of items n, and 5 values per item as in check.lua.
+-- KEYS: every check's keys in order.
 -- Reply: the server's time (0 if no check used it), then per check its
 -- decision time and 5 values per item as in check.lua.
 
 local function check_batch(keys, argv)
   local pad = tonumber(argv[1])
+  local p = cmsgpack.unpack(argv[2])
   local reply, server = { 0 }, nil
-  local a, k, last = 1, 1, #argv
+  local a, k, last = 0, 1, #p
   while a < last do
-    local now = argv[a + 1]
-    if now == '' then
+    local now = p[a + 1]
+    if now < 0 then
       if not server then
         server = clock('')
         reply[1] = server
       end
       now = server
-    else
-      now = tonumber(now)
     end
-    local n = tonumber(argv[a + 2])
+    local n = p[a + 2]
     reply[#reply + 1] = now
-    k = check_group(keys, argv, reply, a + 2, n, k, now, pad)
+    k = check_group(keys, p, reply, a + 2, n, k, now, pad)
     a = a + 2 + 5 * n
   end
   return reply

@@ -1,20 +1,23 @@
 -- check_group.lua: decides one group of items all or nothing, the body of
 -- tokenlimit.Store.Check, shared by check.lua (one group per call),
 -- check_batch.lua (many) and reserve.lua. The group's n items have their 5
--- values each (algorithm, p1, p2, p3, cost; see check.lua) in argv from
--- index a + 1 and their keys in keys from index k. It appends 5 values per
--- item to reply (allowed, toolarge, remaining, retry µs, reset µs) and
--- returns the index of the next group's first key.
+-- values each (algorithm, p1, p2, p3, cost; see check.lua) in p, the
+-- call's unpacked numbers, from index a + 1, and their keys in keys from
+-- index k. It appends 5 values per item to reply (allowed, toolarge,
+-- remaining, retry µs, reset µs) and returns the index of the next group's
+-- first key.
 
-local function decide(keys, alg, k, p1, p2, p3, now, cost)
+-- Decides an item; v is its key's value (nil: none) except for a sliding
+-- log, which reads its own keys.
+local function decide(v, keys, alg, k, p1, p2, p3, now, cost)
   if alg == FIXED_WINDOW then
-    return fw_check(keys[k], p1, p2, p3, now, cost)
+    return fw_check(v, p1, p2, p3, now, cost)
   elseif alg == SLIDING_COUNTER then
-    return sc_check(keys[k], p1, p2, p3, now, cost)
+    return sc_check(v, p1, p2, p3, now, cost)
   elseif alg == SLIDING_LOG then
     return sl_check(keys[k], keys[k + 1], p1, p2, now, cost)
   end
-  return tb_check(keys[k], p1, p2, p3, now, cost)
+  return tb_check(v, p1, p2, p3, now, cost)
 end
 
 -- Charges an allowed item: state is what its check returned.
@@ -26,50 +29,61 @@ local function commit(keys, alg, k, len, now, cost, state, reset, pad)
   end
 end
 
--- check_item decides the item whose values start at argv[a + 1] and whose
--- keys start at keys[k], writing its 5 reply values from reply[r + 1].
--- It returns whether it allowed, its algorithm and parameters, cost and
--- the state to commit (nil if nothing is to be charged).
-local function check_item(keys, argv, reply, r, a, k, now)
-  local alg, p1, p2, p3, cost =
-    tonumber(argv[a + 1]), tonumber(argv[a + 2]), tonumber(argv[a + 3]), tonumber(argv[a + 4]), tonumber(argv[a + 5])
-  local ok, big, rem, retry, reset, state = decide(keys, alg, k, p1, p2, p3, now, cost)
+-- check_item decides the item whose values start at p[a + 1], whose keys
+-- start at keys[k] and whose key holds v, writing its 5 reply values from
+-- reply[r + 1]. It returns whether it allowed, its algorithm and
+-- parameters, cost and the state to commit (nil if nothing is to be
+-- charged).
+local function check_item(v, keys, p, reply, r, a, k, now)
+  local alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
+  local ok, big, rem, retry, reset, state = decide(v, keys, alg, k, p1, p2, p3, now, cost)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok, big, rem, retry, reset
   return ok == 1, alg, p1, p2, p3, cost, state, reset
 end
 
-local function check_group(keys, argv, reply, a, n, k, now, pad)
+-- The value of the item whose values start at p[a + 1] and keys at
+-- keys[k]: false for a sliding log, which reads its own keys.
+local function item_value(keys, p, a, k)
+  if p[a + 1] == SLIDING_LOG then
+    return false
+  end
+  return redis.call('GET', keys[k])
+end
+
+local function check_group(keys, p, reply, a, n, k, now, pad)
   local base = #reply
   if n == 1 then
     -- The common case: nothing to hold back.
-    local ok, alg, _, p2, _, cost, state, reset = check_item(keys, argv, reply, base, a, k, now)
+    local v = item_value(keys, p, a, k)
+    local ok, alg, _, p2, _, cost, state, reset = check_item(v, keys, p, reply, base, a, k, now)
     if ok and state then
       commit(keys, alg, k, p2, now, cost, state, reset, pad)
     end
     return k + key_count(alg)
   end
-  -- Charges wait until every item allowed: 9 values per chargeable item.
+  -- Charges wait until every item allowed: 10 values per chargeable item.
   local charges, nc, all = {}, 0, true
   for i = 1, n do
-    local ok, alg, p1, p2, p3, cost, state, reset = check_item(keys, argv, reply, base + (i - 1) * 5, a, k, now)
+    local v = item_value(keys, p, a, k)
+    local ok, alg, p1, p2, p3, cost, state, reset = check_item(v, keys, p, reply, base + (i - 1) * 5, a, k, now)
     all = all and ok
     if state then
       charges[nc + 1], charges[nc + 2], charges[nc + 3], charges[nc + 4], charges[nc + 5] = i, alg, k, p1, p2
-      charges[nc + 6], charges[nc + 7], charges[nc + 8], charges[nc + 9] = p3, cost, state, reset
-      nc = nc + 9
+      charges[nc + 6], charges[nc + 7], charges[nc + 8], charges[nc + 9], charges[nc + 10] = p3, cost, state, reset, v
+      nc = nc + 10
     end
     k = k + key_count(alg)
     a = a + 5
   end
-  for c = 1, nc, 9 do
-    local i, alg, ck, p1, p2, p3, cost, state, reset = unpack(charges, c, c + 8)
+  for c = 1, nc, 10 do
+    local i, alg, ck, p1, p2, p3, cost, state, reset, v = unpack(charges, c, c + 9)
     if all then
       commit(keys, alg, ck, p2, now, cost, state, reset, pad)
     else
       -- Nothing is charged: report the uncharged state of the items that
       -- would have fit.
       local r = base + (i - 1) * 5
-      local _, _, rem, _, rst = decide(keys, alg, ck, p1, p2, p3, now, 0)
+      local _, _, rem, _, rst = decide(v, keys, alg, ck, p1, p2, p3, now, 0)
       reply[r + 3], reply[r + 5] = rem, rst
     end
   end

@@ -5,9 +5,8 @@
 
 local function check_one(keys, argv, decide_one)
   local now = clock(argv[1])
-  local cost = tonumber(argv[7])
-  local ok, big, rem, retry, reset, state =
-    decide_one(keys[1], tonumber(argv[4]), tonumber(argv[5]), tonumber(argv[6]), now, cost)
+  local p = cmsgpack.unpack(argv[3])
+  local ok, big, rem, retry, reset, state = decide_one(redis.call('GET', keys[1]), p[2], p[3], p[4], now, p[5])
   if state then
     store(keys[1], state, reset, tonumber(argv[2]))
   end

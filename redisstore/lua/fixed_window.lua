@@ -17,9 +17,10 @@ local function fw_reset(count, finish, now)
   return finish - now
 end
 
+-- Decides a cost against the window stored as v (the key's value, or nil).
 -- Returns allowed, toolarge, remaining, retry, reset, and the state to store.
-local function fw_check(key, limit, len, offset, now, cost)
-  local _, s0, c0 = parse2(redis.call('GET', key))
+local function fw_check(v, limit, len, offset, now, cost)
+  local _, s0, c0 = parse2(v)
   local start, count = fw_current(s0, c0, now, len, offset)
   local finish = start + len
   local remaining, reset = math.max(0, limit - count), fw_reset(count, finish, now)
@@ -31,7 +32,7 @@ local function fw_check(key, limit, len, offset, now, cost)
   end
   if count + cost <= limit then
     count = count + cost
-    return 1, 0, limit - count, 0, fw_reset(count, finish, now), int(start) .. ':' .. int(count)
+    return 1, 0, limit - count, 0, fw_reset(count, finish, now), string.format('%d:%d', start, count)
   end
   return 0, 0, remaining, finish - now, reset
 end
@@ -44,5 +45,5 @@ local function fw_adjust(key, limit, len, offset, now, at, delta, pad)
   elseif window_start(at, len, offset, 0) == start then
     count = math.max(0, count + delta)
   end
-  store(key, int(start) .. ':' .. int(count), fw_reset(count, start + len, now), pad)
+  store(key, string.format('%d:%d', start, count), fw_reset(count, start + len, now), pad)
 end

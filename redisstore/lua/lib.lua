@@ -52,6 +52,11 @@ local function parse3(s)
   return true, tonumber(string.sub(s, 1, c1 - 1)), tonumber(string.sub(s, c1 + 1, c2 - 1)), tonumber(string.sub(s, c2 + 1))
 end
 
+-- x as a decimal string (exact for |x| < 2^53).
+local function int(x)
+  return string.format('%d', x)
+end
+
 -- Writes value to key with a TTL of ttl_us rounded up to whole ms (plus the
 -- caller's padding), or deletes the key when ttl_us is 0: nothing is kept
 -- longer than its state means something.
@@ -59,12 +64,10 @@ local function store(key, value, ttl_us, pad_ms)
   if ttl_us <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, value, 'PX', cdiv(ttl_us, 1000) + pad_ms)
+    -- A formatted integer: Redis would format a Lua number as a float
+    -- (%.17g), which costs it more.
+    redis.call('SET', key, value, 'PX', int(cdiv(ttl_us, 1000) + pad_ms))
   end
-end
-
-local function int(x)
-  return string.format('%d', x)
 end
 
 -- The algorithm codes are tokenlimit.Algorithm's values.

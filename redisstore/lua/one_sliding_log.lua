@@ -2,8 +2,9 @@
 -- ARGV and reply for one item).
 local function check_one_sliding_log(keys, argv)
   local now = clock(argv[1])
-  local len, cost = tonumber(argv[5]), tonumber(argv[7])
-  local ok, big, rem, retry, reset, state = sl_check(keys[1], keys[2], tonumber(argv[4]), len, now, cost)
+  local p = cmsgpack.unpack(argv[3])
+  local len, cost = p[3], p[5]
+  local ok, big, rem, retry, reset, state = sl_check(keys[1], keys[2], p[2], len, now, cost)
   if state then
     sl_charge(keys[1], keys[2], len, now, cost, tonumber(argv[2]))
   end

@@ -30,7 +30,7 @@ end
 
 -- Writes rec, which expires at rec[4].
 local function save_record(key, rec, now, pad)
-  redis.call('SET', key, cmsgpack.pack(rec), 'PX', cdiv(rec[4] - now, 1000) + pad)
+  redis.call('SET', key, cmsgpack.pack(rec), 'PX', int(cdiv(rec[4] - now, 1000) + pad))
 end
 
 -- The answer to a reserve of an id that holds rec: reply[1] is the

@@ -3,8 +3,8 @@
 -- records the reservation in the same call.
 -- KEYS[1]: the record; then the items' keys as in check.lua.
 -- ARGV[1]: now µs or ""; ARGV[2]: TTL padding ms; ARGV[3]: the request's
--- digest; ARGV[4]: the record's TTL in µs; then 5 values per item as in
--- check.lua; then each item's settle rule.
+-- digest; ARGV[4]: the record's TTL in µs; ARGV[5]: a MessagePack array of
+-- 5 values per item as in check.lua, then each item's settle rule.
 -- Reply: time µs, status, then per item the 5 values of check.lua (none
 -- for a conflict or a tombstone).
 
@@ -15,9 +15,10 @@ local function reserve(keys, argv)
   if rec then
     return replay(rec, digest)
   end
-  local n = (#argv - 4) / 6
+  local p = cmsgpack.unpack(argv[5])
+  local n = #p / 6
   local reply = { now, DENIED }
-  check_group(keys, argv, reply, 4, n, 2, now, pad)
+  check_group(keys, p, reply, 0, n, 2, now, pad)
   for i = 1, n do
     if reply[3 + (i - 1) * 5] ~= 1 then
       return reply
@@ -30,10 +31,9 @@ local function reserve(keys, argv)
   end
   local k = 2
   for i = 1, n do
-    local a = 4 + (i - 1) * 5
-    local alg = tonumber(argv[a + 1])
-    local it = { alg, tonumber(argv[a + 2]), tonumber(argv[a + 3]), tonumber(argv[a + 4]), tonumber(argv[a + 5]),
-      tonumber(argv[4 + 5 * n + i]), keys[k] }
+    local a = (i - 1) * 5
+    local alg = p[a + 1]
+    local it = { alg, p[a + 2], p[a + 3], p[a + 4], p[a + 5], p[5 * n + i], keys[k] }
     if alg == SLIDING_LOG then
       it[8] = keys[k + 1]
     end

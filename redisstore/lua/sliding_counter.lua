@@ -67,8 +67,9 @@ local function sc_fit_at(len, start, cur, prev, budget)
   return start
 end
 
-local function sc_check(key, limit, len, offset, now, cost)
-  local _, s0, c0, p0 = parse3(redis.call('GET', key))
+-- Decides a cost against the counter stored as v (the key's value, or nil).
+local function sc_check(v, limit, len, offset, now, cost)
+  local _, s0, c0, p0 = parse3(v)
   local start, cur, prev = sc_shift(s0, c0, p0, now, len, offset)
   local est = cur + sc_prev_share(len, prev, now - start)
   local remaining, reset = math.max(0, limit - est), sc_reset(len, start, cur, prev, now)
@@ -81,7 +82,7 @@ local function sc_check(key, limit, len, offset, now, cost)
   if est + cost <= limit then
     cur = cur + cost
     return 1, 0, limit - est - cost, 0, sc_reset(len, start, cur, prev, now),
-      int(start) .. ':' .. int(cur) .. ':' .. int(prev)
+      string.format('%d:%d:%d', start, cur, prev)
   end
   return 0, 0, remaining, sc_fit_at(len, start, cur, prev, limit - cost) - now, reset
 end
@@ -97,5 +98,5 @@ local function sc_adjust(key, limit, len, offset, now, at, delta, pad)
   elseif charged == start - len then
     prev = math.max(0, prev + delta)
   end
-  store(key, int(start) .. ':' .. int(cur) .. ':' .. int(prev), sc_reset(len, start, cur, prev, now), pad)
+  store(key, string.format('%d:%d:%d', start, cur, prev), sc_reset(len, start, cur, prev, now), pad)
 end

@@ -44,7 +44,7 @@ local function sl_trim(zkey, mkey, len, now)
     else
       -- The sum lives exactly as long as the log (it may have been rebuilt,
       -- with no TTL of its own yet).
-      redis.call('SET', mkey, int(sum) .. ':' .. int(seq), 'PX', redis.call('PTTL', zkey))
+      redis.call('SET', mkey, string.format('%d:%d', sum, seq), 'PX', redis.call('PTTL', zkey))
     end
   end
   return sum, seq
@@ -87,11 +87,11 @@ end
 
 local function sl_add(zkey, mkey, len, now, at, cost, sum, seq, pad)
   seq = seq + 1
-  redis.call('ZADD', zkey, int(at), int(seq) .. ':' .. int(cost))
+  redis.call('ZADD', zkey, int(at), string.format('%d:%d', seq, cost))
   local ttl = sl_reset(zkey, len, now)
-  local ms = cdiv(ttl, 1000) + pad
+  local ms = int(cdiv(ttl, 1000) + pad)
   redis.call('PEXPIRE', zkey, ms)
-  redis.call('SET', mkey, int(sum + cost) .. ':' .. int(seq), 'PX', ms)
+  redis.call('SET', mkey, string.format('%d:%d', sum + cost, seq), 'PX', ms)
 end
 
 -- Returns allowed, toolarge, remaining, retry, reset, and (when allowed)

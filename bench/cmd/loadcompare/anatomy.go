@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -17,12 +15,11 @@ import (
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 )
 
-// The script anatomy: where the time of our token-bucket script goes inside
+// The script anatomy: where the time of our token-bucket check goes inside
 // Redis, measured by running variants of it, each alone, like the script
 // cost table. The engine's script is captured as the store sends it (its
 // source comes with the EVAL that follows the first NOSCRIPT), so the
-// figures follow the engine's current Lua; the variants that need the
-// separate .lua files read them from -lua-dir.
+// figures follow the engine's current Lua.
 
 // recorder is a Scripter that remembers the last script source, keys and
 // arguments it passed on.
@@ -63,7 +60,7 @@ type anatomyRow struct {
 }
 
 // anatomyRows builds the variants around our token-bucket check.
-func anatomyRows(ctx context.Context, c *clients, luaDir string) ([]anatomyRow, error) {
+func anatomyRows(ctx context.Context, c *clients) ([]anatomyRow, error) {
 	rec := &recorder{next: rueidisclient.New(c.rueidis)}
 	st, err := redisstore.New(rec, redisstore.Options{})
 	if err != nil {
@@ -101,61 +98,18 @@ func anatomyRows(ctx context.Context, c *clients, luaDir string) ([]anatomyRow, 
 			decide: evalsha("redis.call('TIME')\nredis.call('GET', KEYS[1])\nredis.call('SET', KEYS[1], '1764480000123456', 'PX', '1000')\nreturn {1, 0, 99, 0, 10000}\n")},
 	}
 
-	// The script a one-item check sends ends with its main part: check_one.lua
-	// (since the one-item scripts) or check.lua (before them).
-	var (
-		main    []byte
-		mainErr error
-		defs    string
-		found   bool
-		file    string
-	)
-	for _, file = range []string{"check_one.lua", "check.lua"} {
-		if main, mainErr = os.ReadFile(filepath.Join(luaDir, file)); mainErr != nil {
-			continue
-		}
-		if defs, found = strings.CutSuffix(strings.TrimRight(full, "\n"), strings.TrimRight(string(main), "\n")); found {
-			break
-		}
-	}
-	switch {
-	case mainErr != nil:
-		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: mainErr})
-	case !found:
-		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: errors.New("neither check_one.lua nor check.lua in -lua-dir is the end of the script the store sends")})
-	default:
-		rows = append(rows, anatomyRow{name: "the engine's script up to its main part (" + file + "), then `return 1`: building its functions", command: "evalsha", decide: evalsha(defs + "\nreturn 1\n")})
-	}
-	rows = append(rows, anatomyRow{name: "the engine's script as sent (= ours token_bucket)", command: "evalsha", decide: evalsha(full)})
-
-	var parts []string
-	var partErr error
-	for _, f := range []string{"lib.lua", "bucket.lua", "check.lua"} {
-		b, err := os.ReadFile(filepath.Join(luaDir, f))
-		partErr = errors.Join(partErr, err)
-		parts = append(parts, string(b))
-	}
-	name := "the multi-item check (lib.lua, bucket.lua, check.lua) deciding the same one item"
-	if partErr != nil {
-		rows = append(rows, anatomyRow{name: name, err: partErr})
+	// The script a one-item check sends ends with the call of its entry
+	// point, "return check_one_bucket(KEYS, ARGV)": without it, the script
+	// only builds its functions.
+	trimmed := strings.TrimRight(full, "\n")
+	if cut := strings.LastIndex(trimmed, "\n"); cut < 0 || !strings.HasPrefix(trimmed[cut+1:], "return ") {
+		rows = append(rows, anatomyRow{name: "the engine's function definitions alone", err: errors.New("the script the store sends does not end with the call of its entry point")})
 	} else {
-		rows = append(rows, anatomyRow{name: name, command: "evalsha", decide: evalsha(strings.Join(parts, "\n") + "\n")})
+		rows = append(rows, anatomyRow{name: "the engine's script without the call of its entry point, then `return 1`: building its functions", command: "evalsha", decide: evalsha(trimmed[:cut] + "\nreturn 1\n")})
 	}
-
-	name = "the engine's script as a Redis Function (FUNCTION LOAD once, FCALL): definitions made once"
-	if mainErr != nil || !found {
-		rows = append(rows, anatomyRow{name: name, err: errors.New("needs the script's main part from -lua-dir")})
-	} else {
-		lib := "#!lua name=loadcompare\n" + defs + "\nredis.register_function('loadcompare_check', function(KEYS, ARGV)\n" + string(main) + "\nend)\n"
-		if err := c.goredis.FunctionLoadReplace(ctx, lib).Err(); err != nil {
-			rows = append(rows, anatomyRow{name: name, err: err})
-		} else {
-			rows = append(rows, anatomyRow{name: name, command: "fcall", decide: func(ctx context.Context, key string) (bool, error) {
-				cmd := c.rueidis.B().Fcall().Function("loadcompare_check").Numkeys(1).Key(keyOf(key)).Arg(args...).Build()
-				return true, c.rueidis.Do(ctx, cmd).Error()
-			}})
-		}
-	}
+	rows = append(rows, anatomyRow{name: "the engine's script as sent (EVALSHA, the fallback without Redis Functions)", command: "evalsha", decide: evalsha(full)})
+	rows = append(rows, anatomyRow{name: "the engine as a Redis Function (its library, FCALL: = ours token_bucket)", command: "fcall",
+		decide: ours(ourLimiterWith(rueidisclient.New(c.rueidis), redisstore.Options{Unbatched: true}), ourTokenBucket)})
 	rows = append(rows, anatomyRow{name: "seed token_bucket.lua (HMGET, HMSET, PEXPIRE; caller's clock)", command: "evalsha", decide: seedRueidis(c)})
 	return rows, nil
 }

@@ -48,7 +48,6 @@ type config struct {
 	callers     []int
 	keys        int
 	scriptCalls int
-	luaDir      string
 	only        map[string]bool
 	variants    string
 	cpuProfile  string
@@ -76,7 +75,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&callers, "callers", "1,16,64,256", "concurrent callers of the load cells")
 	fs.IntVar(&c.keys, "keys", 10_000, "keys the load is spread over")
 	fs.IntVar(&c.scriptCalls, "script-calls", 20_000, "calls per script-cost measurement")
-	fs.StringVar(&c.luaDir, "lua-dir", "../redisstore/lua", "the engine's Lua files, for the script anatomy")
 	fs.StringVar(&only, "only", "load,scripts,anatomy,memory", "measurements to make")
 	fs.StringVar(&c.variants, "variants", "", "measure only the load and script variants whose names contain this text")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write this tool's CPU profile (the client side) to this file")
@@ -200,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("%s: %w", variants[v].name, err)
 				}
-				progress("run %d  script %-44s %6.2f µs/call  %.2f EVALSHA/decision", r+1, variants[v].name, got.usecPerCall, got.perDecision)
+				progress("run %d  script %-44s %6.2f µs/decision  %6.2f µs/call  %.2f calls/decision", r+1, variants[v].name, got.usecPerDecision, got.usecPerCall, got.perDecision)
 				costs[v] = append(costs[v], got)
 			}
 			us, err := measureSet(ctx, c.goredis, set, cfg.scriptCalls, keys)
@@ -213,7 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	if cfg.only["anatomy"] {
-		rows, err := anatomyRows(ctx, c, cfg.luaDir)
+		rows, err := anatomyRows(ctx, c)
 		if err != nil {
 			return fmt.Errorf("script anatomy: %w", err)
 		}

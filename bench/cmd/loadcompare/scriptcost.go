@@ -13,6 +13,7 @@ import (
 // cmdStat is one command's line of INFO commandstats.
 type cmdStat struct {
 	calls       int64
+	usec        int64
 	usecPerCall float64
 }
 
@@ -35,6 +36,8 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdStat, e
 			switch k {
 			case "calls":
 				s.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				s.usec, _ = strconv.ParseInt(v, 10, 64)
 			case "usec_per_call":
 				s.usecPerCall, _ = strconv.ParseFloat(v, 64)
 			}
@@ -44,17 +47,20 @@ func commandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdStat, e
 	return stats, nil
 }
 
-// scriptCost is one script's cost inside Redis.
+// scriptCost is one script's cost inside Redis. The store's code runs as
+// FCALL (Redis Functions) or EVALSHA; the seed script and redis_rate as
+// EVALSHA: both commands' statistics count.
 type scriptCost struct {
-	usecPerCall float64 // EVALSHA's usec_per_call
-	perDecision float64 // EVALSHA calls per decision: 1 is one round trip
-	evals       int64   // EVAL calls: script reloads after NOSCRIPT
-	decisions   int64
+	usecPerCall     float64 // µs per FCALL or EVALSHA
+	perDecision     float64 // calls per decision: 1 is one round trip
+	usecPerDecision float64 // the calls' µs per decision
+	evals           int64   // reloads: EVAL after NOSCRIPT, FUNCTION LOAD
+	decisions       int64
 }
 
 // measureScript empties the server, makes n decisions to create the keys
 // (not counted), resets the statistics, makes n more with 16 callers, and
-// reads EVALSHA's statistics: the script alone ran in between.
+// reads FCALL's and EVALSHA's statistics: the script alone ran in between.
 func measureScript(ctx context.Context, rdb *redis.Client, decide decider, n int, keys []string) (scriptCost, error) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		return scriptCost{}, err
@@ -73,12 +79,17 @@ func measureScript(ctx context.Context, rdb *redis.Client, decide decider, n int
 	if err != nil {
 		return scriptCost{}, err
 	}
-	es := stats["evalsha"]
+	calls := stats["evalsha"].calls + stats["fcall"].calls
+	usec := stats["evalsha"].usec + stats["fcall"].usec
+	if calls == 0 {
+		return scriptCost{}, fmt.Errorf("no EVALSHA or FCALL in INFO commandstats")
+	}
 	return scriptCost{
-		usecPerCall: es.usecPerCall,
-		perDecision: float64(es.calls) / float64(done),
-		evals:       stats["eval"].calls,
-		decisions:   done,
+		usecPerCall:     float64(usec) / float64(calls),
+		perDecision:     float64(calls) / float64(done),
+		usecPerDecision: float64(usec) / float64(done),
+		evals:           stats["eval"].calls + stats["function|load"].calls,
+		decisions:       done,
 	}, nil
 }
 
