@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/gcfloor"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
@@ -79,6 +80,14 @@ func (f *storeFlags) validate(reloadEvery time.Duration) error {
 	return nil
 }
 
+// defaultGCHeapFloor is --gc-heap-floor's default, in MiB. A service on
+// Redis keeps a few MiB live and allocates a few kB per decision; left to
+// Go's default it collects whenever the heap doubles, tens of times a
+// second under load, and each collection costs every goroutine's stack
+// scan. With the floor it collects a few times a second, for at most this
+// much more memory.
+const defaultGCHeapFloor = 64
+
 // serveFlags are serve's options.
 type serveFlags struct {
 	storeFlags
@@ -87,6 +96,7 @@ type serveFlags struct {
 	listen         string
 	grpcListen     string
 	pprofListen    string
+	gcHeapFloor    int // MiB
 	adminToken     string
 	adminAnywhere  bool
 	trustedProxies []string
@@ -115,6 +125,12 @@ rejected and the running limits stay.`,
 			if err := f.storeFlags.validate(f.reloadEvery); err != nil {
 				return err
 			}
+			if f.gcHeapFloor < 0 {
+				return fmt.Errorf("--gc-heap-floor must not be negative, got %d: %w", f.gcHeapFloor, errUsage)
+			}
+			if os.Getenv("GOGC") == "" {
+				defer gcfloor.Start(uint64(f.gcHeapFloor) << 20).Stop()
+			}
 			if f.envoyConfig != "" {
 				if cmd.Flags().Changed("config") {
 					return fmt.Errorf("--config and --envoy-config: give one, --envoy-config DIR is the whole configuration: %w", errUsage)
@@ -129,6 +145,7 @@ rejected and the running limits stay.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "HTTP address: API, /metrics, health, dashboard")
 	fl.StringVar(&f.grpcListen, "grpc-listen", "127.0.0.1:8081", "gRPC address for Envoy's rate limit service (empty: off)")
 	fl.StringVar(&f.pprofListen, "pprof-listen", "", "address for /debug/pprof (empty: off; keep it on loopback)")
+	fl.IntVar(&f.gcHeapFloor, "gc-heap-floor", defaultGCHeapFloor, "MiB the heap may grow to before the garbage collector runs, while the live heap is small (0: Go's default, a collection each time the heap doubles; ignored when GOGC is set)")
 	f.storeFlags.register(fl)
 	f.logFlags.register(fl)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
