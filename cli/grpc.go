@@ -12,6 +12,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+
+	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 )
 
 // rlsServiceName is the Rate Limit Service's full gRPC name.
@@ -35,7 +37,9 @@ func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, rea
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
 	}
-	srv := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
+	// rlsv3's codec decodes rate-limit requests and encodes their answers
+	// without protobuf's reflection; other messages go through protobuf.
+	srv := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers), grpc.ForceServerCodecV2(rlsv3.Codec()))
 	if err := register(srv); err != nil {
 		ln.Close()
 		return nil, err

@@ -63,7 +63,7 @@ func serve(tb testing.TB, svc *service.Service, opts ...grpc.ServerOption) rlspb
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s := grpc.NewServer(opts...)
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(rlsv3.Codec())}, opts...)...)
 	if err := rlsv3.Register(s, svc, rlsv3.Options{}); err != nil {
 		tb.Fatal(err)
 	}
