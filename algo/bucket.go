@@ -7,10 +7,34 @@ const MaxDebt = 1 << 51
 // Bucket is a token bucket, which is also GCRA: Capacity units at most, one
 // unit refilling every Num/Den microseconds (a reduced fraction, so rates like
 // 3 per second stay exact). Capacity × Num must stay below 2^53.
+//
+// A Bucket made by NewBucket carries its capacity's span precomputed; one
+// written as a literal computes it per call, with the same results.
 type Bucket struct {
 	Capacity int64
 	Num      int64
 	Den      int64
+	// spanQ + spanR/Den is the capacity's span, Capacity × Num/Den µs, the
+	// debt of an empty bucket; both 0 when not precomputed (a real span is
+	// never 0: Capacity × Num >= 1).
+	spanQ, spanR int64
+}
+
+// NewBucket returns the bucket of capacity units refilling one every
+// num/den µs, with its capacity's span precomputed.
+func NewBucket(capacity, num, den int64) Bucket {
+	b := Bucket{Capacity: capacity, Num: num, Den: den}
+	b.spanQ, b.spanR = b.span()
+	return b
+}
+
+// span is the capacity's span, Capacity × Num/Den µs, as a quotient and a
+// remainder of Den.
+func (b Bucket) span() (q, r int64) {
+	if b.spanQ != 0 || b.spanR != 0 {
+		return b.spanQ, b.spanR
+	}
+	return b.Capacity * b.Num / b.Den, b.Capacity * b.Num % b.Den
 }
 
 // TAT is a bucket's state, the theoretical arrival time of GCRA: the instant
@@ -34,29 +58,20 @@ type TAT struct {
 // denies a fourth embed with RetryAfter 1.5e6 µs.
 func (b Bucket) Check(s TAT, now, cost int64) (TAT, Outcome) {
 	s = b.atLeast(s, now)
-	out := Outcome{Remaining: b.remaining(s, now), ResetAfter: b.reset(s, now)}
-	if cost > b.Capacity {
-		out.TooLarge = true
-		return s, out
-	}
-	if cost == 0 {
-		out.Allowed = true
-		return s, out
+	spanQ, spanR := b.span()
+	if cost > b.Capacity || cost == 0 {
+		return s, Outcome{Allowed: cost == 0, TooLarge: cost != 0, Remaining: b.remaining(s, now, spanQ), ResetAfter: b.reset(s, now)}
 	}
 	next := b.add(s, cost)
-	capQ, capR := b.Capacity*b.Num/b.Den, b.Capacity*b.Num%b.Den
-	ahead := next.Tat - now - capQ // > 0, or 0 with Frac > capR: over capacity
-	if ahead > 0 || (ahead == 0 && next.Frac > capR) {
-		out.RetryAfter = ahead
-		if next.Frac > capR {
+	ahead := next.Tat - now - spanQ // > 0, or 0 with Frac > spanR: over capacity
+	if ahead > 0 || (ahead == 0 && next.Frac > spanR) {
+		out := Outcome{Remaining: b.remaining(s, now, spanQ), ResetAfter: b.reset(s, now), RetryAfter: ahead}
+		if next.Frac > spanR {
 			out.RetryAfter++
 		}
 		return s, out
 	}
-	out.Allowed = true
-	out.Remaining = b.remaining(next, now)
-	out.ResetAfter = b.reset(next, now)
-	return next, out
+	return next, Outcome{Allowed: true, Remaining: b.remaining(next, now, spanQ), ResetAfter: b.reset(next, now)}
 }
 
 // Adjust applies delta at now: an extra charge moves the TAT later with no
@@ -93,6 +108,9 @@ func (b Bucket) atLeast(s TAT, now int64) TAT {
 
 // add moves s later by cost intervals, exactly.
 func (b Bucket) add(s TAT, cost int64) TAT {
+	if b.Den == 1 { // a whole number of µs per unit: no fraction
+		return TAT{Tat: s.Tat + cost*b.Num}
+	}
 	units := s.Frac + cost*b.Num
 	return TAT{Tat: s.Tat + units/b.Den, Frac: units % b.Den}
 }
@@ -100,9 +118,9 @@ func (b Bucket) add(s TAT, cost int64) TAT {
 // remaining is Capacity - ceil(D/interval), at least 0, for s at or after
 // now. It avoids multiplying a large debt: beyond the capacity's span the
 // answer is 0.
-func (b Bucket) remaining(s TAT, now int64) int64 {
+func (b Bucket) remaining(s TAT, now, spanQ int64) int64 {
 	ahead := s.Tat - now
-	if ahead > b.Capacity*b.Num/b.Den+1 {
+	if ahead > spanQ+1 {
 		return 0
 	}
 	debt := ahead*b.Den + s.Frac

@@ -88,9 +88,10 @@ type entry struct {
 
 // limitInfo is a valid limit and its algorithm's parameters.
 type limitInfo struct {
-	lim tokenlimit.Limit
-	w   algo.Window
-	b   algo.Bucket
+	lim      tokenlimit.Limit
+	capacity int64 // lim.Capacity()
+	w        algo.Window
+	b        algo.Bucket
 }
 
 // limitSlots is the size of Store.limits, a power of two.
@@ -195,7 +196,7 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 		s.reportUncharged(items, decided, t)
 	}
 	for i := range decided {
-		results[i] = result(items[i].Limit, decided[i].out)
+		results[i] = decided[i].li.result(decided[i].out)
 	}
 	return allowed, nil
 }
@@ -203,27 +204,41 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 // checkOne is check for one item: one shard, and a denial is already the
 // uncharged state.
 func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, decided []pending, results []tokenlimit.Result) error {
-	if err := s.prepare(items, results, decided); err != nil {
+	p, it := &decided[0], &items[0]
+	if err := s.prepareOne(it, p, items, results, decided); err != nil {
 		return err
 	}
 	t, err := micros(now)
 	if err != nil {
 		return err
 	}
-	p, it := &decided[0], &items[0]
 	sh := s.shardOf(p.h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	s.sweepDue(sh, t)
 	p.e = s.lookup(p.h, it.Limit.Algorithm, it.Key)
 	s.decide(p, it, it.Cost, t)
-	if p.out.Allowed {
+	switch {
+	case !p.out.Allowed || it.Cost == 0:
+	case p.e != nil && it.Limit.Algorithm != tokenlimit.SlidingLog: // commit's work for a known key
+		p.e.s, p.e.expires = p.state, t+p.out.ResetAfter
+	default:
 		if err := s.commit(items, decided, t, 0); err != nil {
 			return err
 		}
 	}
-	results[0] = result(it.Limit, p.out)
+	results[0] = p.li.result(p.out)
 	return nil
+}
+
+// prepareOne is prepare for one item, it (items[0]), into p (decided[0]):
+// the usual valid item of a known limit takes no loop.
+func (s *Store) prepareOne(it *tokenlimit.Item, p *pending, items []tokenlimit.Item, results []tokenlimit.Result, decided []pending) error {
+	p.li, p.h = s.known(it.Limit), s.keyHash(it.Key)
+	if p.li != nil && len(results) == 1 && it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost {
+		return nil
+	}
+	return s.prepare(items, results, decided)
 }
 
 // prepare validates items and results, as tokenlimit.ValidateItems does and
@@ -272,7 +287,7 @@ func (s *Store) known(l tokenlimit.Limit) *limitInfo {
 
 // learn derives the parameters of l, which is valid, and remembers them.
 func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
-	li := &limitInfo{lim: l, w: window(l)}
+	li := &limitInfo{lim: l, capacity: l.Capacity(), w: window(l)}
 	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
 		li.b = bucket(l)
 	}
@@ -285,7 +300,8 @@ func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 // compare than times.
 func micros(now time.Time) (int64, error) {
 	if s := now.Unix(); s >= 0 && s <= tokenlimit.MaxExact/1_000_000 {
-		if t := now.UnixMicro(); t < tokenlimit.MaxExact {
+		// now.UnixMicro(), without decoding the seconds again.
+		if t := s*1_000_000 + int64(now.Nanosecond()/1000); t < tokenlimit.MaxExact {
 			return t, nil
 		}
 	}
@@ -373,10 +389,11 @@ func (s *Store) reserveKeys(n int) error {
 	return nil
 }
 
-func result(l tokenlimit.Limit, out algo.Outcome) tokenlimit.Result {
+// result is the Result of out under the limit.
+func (li *limitInfo) result(out algo.Outcome) tokenlimit.Result {
 	return tokenlimit.Result{
 		Allowed:          out.Allowed,
-		Limit:            l.Capacity(),
+		Limit:            li.capacity,
 		Remaining:        out.Remaining,
 		RetryAfter:       time.Duration(out.RetryAfter) * time.Microsecond,
 		ResetAfter:       time.Duration(out.ResetAfter) * time.Microsecond,
@@ -515,5 +532,5 @@ func window(l tokenlimit.Limit) algo.Window {
 
 func bucket(l tokenlimit.Limit) algo.Bucket {
 	num, den := l.Interval()
-	return algo.Bucket{Capacity: l.Capacity(), Num: num, Den: den}
+	return algo.NewBucket(l.Capacity(), num, den)
 }
