@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -49,52 +50,74 @@ func (s *Service) CheckMerged(ctx context.Context, reqs ...Request) (Decision, [
 	if err != nil {
 		return Decision{}, nil, err
 	}
-	type alias struct {
-		request int
-		cost    int64
-	}
-	aliases := map[string][]alias{} // key -> further requests selecting it
-	policies := map[string]Policy{}
-	merge := func(checks []check) []check {
-		out := checks[:0]
-		first := map[string]int{}
-		for _, c := range checks {
-			if i, ok := first[c.item.Key]; ok {
-				out[i].item.Cost = min(out[i].item.Cost+c.item.Cost, tokenlimit.MaxCost+1)
-				aliases[c.item.Key] = append(aliases[c.item.Key], alias{c.request, c.item.Cost})
-				continue
-			}
-			first[c.item.Key] = len(out)
-			pol := PolicyOf(c.item.Limit)
-			pol.Calendar = c.limit.Calendar
-			policies[c.item.Key] = pol
-			out = append(out, c)
-		}
-		return out
-	}
-	p.enforced, p.shadow = merge(p.enforced), merge(p.shadow)
+	// A call selects a few budgets (at most tokenlimit.MaxItems per store
+	// call): linear searches beat maps here, and allocate nothing.
+	var aliases []alias // further requests selecting a budget already selected
+	p.enforced, aliases = merge(p.enforced, aliases)
+	p.shadow, aliases = merge(p.shadow, aliases)
 	d, err := s.decide(ctx, p)
 	if err != nil {
 		return Decision{}, nil, err
 	}
 	s.metrics.observe(d, time.Since(start))
 	if len(aliases) > 0 {
-		limits := make([]Outcome, 0, len(d.Limits))
+		limits := make([]Outcome, 0, len(d.Limits)+len(aliases))
 		for _, o := range d.Limits {
 			limits = append(limits, o)
-			for _, a := range aliases[o.Key] {
-				o.Request, o.Cost = a.request, a.cost
-				limits = append(limits, o)
+			for _, a := range aliases {
+				if a.key == o.Key {
+					o.Request, o.Cost = a.request, a.cost
+					limits = append(limits, o)
+				}
 			}
 		}
 		d.Limits = limits
 	}
 	out := make([]Policy, len(d.Limits))
 	for i, o := range d.Limits {
-		out[i] = policies[o.Key]
+		if c, ok := checkOf(p, o.Key); ok {
+			out[i] = PolicyOf(c.item.Limit)
+			out[i].Calendar = c.limit.Calendar
+		}
 		out[i].Limit = o.Limit
 	}
 	return d, out, nil
+}
+
+// alias is a request that selected a budget an earlier request of the same
+// call selected, with the cost it put on it.
+type alias struct {
+	key     string
+	request int
+	cost    int64
+}
+
+// merge folds the checks of one budget into the first of them, summing
+// their costs, and appends the others to aliases.
+func merge(checks []check, aliases []alias) ([]check, []alias) {
+	out := checks[:0]
+	for _, c := range checks {
+		i := slices.IndexFunc(out, func(o check) bool { return o.item.Key == c.item.Key })
+		if i < 0 {
+			out = append(out, c)
+			continue
+		}
+		out[i].item.Cost = min(out[i].item.Cost+c.item.Cost, tokenlimit.MaxCost+1)
+		aliases = append(aliases, alias{c.item.Key, c.request, c.item.Cost})
+	}
+	return out, aliases
+}
+
+// checkOf returns the check of p on the budget key.
+func checkOf(p plan, key string) (check, bool) {
+	for _, checks := range [2][]check{p.enforced, p.shadow} {
+		for _, c := range checks {
+			if c.item.Key == key {
+				return c, true
+			}
+		}
+	}
+	return check{}, false
 }
 
 // LimitFor returns the engine limit that the limit named name applies, right

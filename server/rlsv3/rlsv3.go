@@ -85,7 +85,8 @@ var _ rlspb.RateLimitServiceServer = (*server)(nil)
 // Envoy turns into its failure_mode_deny behaviour; an invalid request
 // answers codes.InvalidArgument naming the field.
 func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	reqs, err := requests(req)
+	var buf [4]service.Request // the usual few descriptors stay off the heap
+	reqs, err := requests(req, buf[:0])
 	if err != nil {
 		s.log.Debug("rls: invalid request", "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -125,8 +126,9 @@ var rlsFields = strings.NewReplacer(
 	"].cost:", "].hits_addend:",
 )
 
-// requests maps an RLS request to service requests, one per descriptor.
-func requests(req *rlspb.RateLimitRequest) ([]service.Request, error) {
+// requests maps an RLS request to service requests, one per descriptor,
+// appended to out.
+func requests(req *rlspb.RateLimitRequest, out []service.Request) ([]service.Request, error) {
 	domain := req.GetDomain()
 	switch n := len(req.GetDescriptors()); {
 	case domain == "":
@@ -136,7 +138,6 @@ func requests(req *rlspb.RateLimitRequest) ([]service.Request, error) {
 	case n > MaxDescriptors:
 		return nil, fmt.Errorf("descriptors: at most %d per request, got %d", MaxDescriptors, n)
 	}
-	out := make([]service.Request, len(req.Descriptors))
 	for i, desc := range req.Descriptors {
 		entries := desc.GetEntries()
 		switch {
@@ -166,7 +167,7 @@ func requests(req *rlspb.RateLimitRequest) ([]service.Request, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = service.Request{Descriptors: m, Cost: cost}
+		out = append(out, service.Request{Descriptors: m, Cost: cost})
 	}
 	return out, nil
 }
