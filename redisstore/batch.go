@@ -151,7 +151,11 @@ func (s *Store) runBatch(jobs []*batchJob) {
 		close(j.done)
 		return
 	}
-	ctx, cancel := batchContext(live)
+	ctxs := make([]context.Context, len(live))
+	for i, j := range live {
+		ctxs[i] = j.ctx
+	}
+	ctx, cancel := batchContext(ctxs)
 	defer cancel()
 	err := s.checkMany(ctx, live)
 	for _, j := range live {
@@ -176,21 +180,21 @@ func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimi
 	return j.at, nil
 }
 
-// batchContext is the context of a batch call: it ends when the last of
-// the jobs' contexts could (the latest deadline; none if one has none), so
-// one caller giving up does not fail the others.
-func batchContext(jobs []*batchJob) (context.Context, context.CancelFunc) {
+// batchContext is the context of a batch call made for callers with
+// contexts ctxs: it ends when the last of them could (the latest deadline;
+// none if one has none), so one caller giving up does not fail the others.
+func batchContext(ctxs []context.Context) (context.Context, context.CancelFunc) {
 	var latest time.Time
-	for _, j := range jobs {
-		d, ok := j.ctx.Deadline()
+	for _, ctx := range ctxs {
+		d, ok := ctx.Deadline()
 		if !ok {
-			return context.WithCancel(context.WithoutCancel(j.ctx))
+			return context.WithCancel(context.WithoutCancel(ctx))
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(jobs[0].ctx), latest)
+	return context.WithDeadline(context.WithoutCancel(ctxs[0]), latest)
 }
 
 // checkMany runs check_batch.lua on jobs and writes each job's results and

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -109,5 +110,100 @@ func TestQueuedCheckOfACallerThatGaveUp(t *testing.T) {
 	}
 	if results[0].Remaining != 3 {
 		t.Errorf("remaining %d after 2 checks and 1 abandoned one, want 3", results[0].Remaining)
+	}
+}
+
+// Reservations that arrive while reserve calls are in flight queue and are
+// made together in one call, each on its own and in order, and exactly: a
+// bucket of 5 admits 5 of 12 concurrent reservations, in 2 lone calls and
+// 1 batch; a retry of each replays its answer; then the settlements queue
+// and are made together alike.
+func TestReservesQueuedBehindCallsShareOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	g := &gated{Scripter: rueidisclient.New(rueidisClient(t, srv.Addr())), open: make(chan struct{})}
+	prefix := newPrefix()
+	st := newStore(t, g, callerTime(prefix))
+	limit := tokenlimit.TokenBucketLimit(5, 1, time.Hour)
+	const callers = 12
+	req := func(i int) tokenlimit.ReserveRequest {
+		return tokenlimit.ReserveRequest{ID: fmt.Sprintf("r%d", i), Items: []tokenlimit.Item{{Key: "user=rbatch", Limit: limit, Cost: 1}}, TTL: time.Hour}
+	}
+	outs := make([]tokenlimit.ReserveStatus, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			out, err := st.Reserve(context.Background(), storetest.Base, req(i), make([]tokenlimit.Result, 1))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			outs[i] = out.Status
+		})
+	}
+	for redisstore.QueuedReserves(st) < callers-2 || g.calls.Load() < 2 {
+		runtime.Gosched()
+	}
+	close(g.open)
+	wg.Wait()
+	if n := g.calls.Load(); n != 3 {
+		t.Errorf("%d script calls for %d reservations, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	}
+	reserved := 0
+	for i, st0 := range outs {
+		switch st0 {
+		case tokenlimit.Reserved:
+			reserved++
+		case tokenlimit.Denied:
+		default:
+			t.Errorf("reservation %d: %s, want reserved or denied", i, st0)
+		}
+	}
+	if reserved != 5 {
+		t.Errorf("%d of %d reservations made, want 5", reserved, callers)
+	}
+	for i := range callers {
+		out, err := st.Reserve(context.Background(), storetest.Base, req(i), make([]tokenlimit.Result, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]tokenlimit.ReserveStatus{true: tokenlimit.Replayed, false: tokenlimit.Denied}[outs[i] == tokenlimit.Reserved]; out.Status != want {
+			t.Errorf("retry of reservation %d (%s): %s, want %s", i, outs[i], out.Status, want)
+		}
+	}
+
+	// Settlements queue alike: each reservation settled at 0 (a refund),
+	// the denied ones unknown (and tombstoned).
+	g2 := &gated{Scripter: g.Scripter, open: make(chan struct{})}
+	st2 := newStore(t, g2, callerTime(prefix))
+	statuses := make([]tokenlimit.SettleStatus, callers)
+	for i := range callers {
+		wg.Go(func() {
+			s, err := st2.Settle(context.Background(), storetest.Base, tokenlimit.SettleRequest{ID: req(i).ID, Actual: 0, TTL: time.Hour})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[i] = s
+		})
+	}
+	for redisstore.QueuedSettles(st2) < callers-2 || g2.calls.Load() < 2 {
+		runtime.Gosched()
+	}
+	close(g2.open)
+	wg.Wait()
+	if n := g2.calls.Load(); n != 3 {
+		t.Errorf("%d script calls for %d settlements, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	}
+	for i, s := range statuses {
+		if want := map[bool]tokenlimit.SettleStatus{true: tokenlimit.Settled, false: tokenlimit.UnknownReservation}[outs[i] == tokenlimit.Reserved]; s != want {
+			t.Errorf("settlement of reservation %d (%s): %s, want %s", i, outs[i], s, want)
+		}
+	}
+	results := make([]tokenlimit.Result, 1)
+	if _, err := st2.Check(context.Background(), storetest.Base, []tokenlimit.Item{{Key: "user=rbatch", Limit: limit}}, results); err != nil {
+		t.Fatal(err)
+	}
+	if results[0].Remaining != 5 {
+		t.Errorf("%d left after every reservation was refunded, want 5", results[0].Remaining)
 	}
 }

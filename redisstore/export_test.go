@@ -22,3 +22,19 @@ func ScriptsOnly(s *Store) *Store {
 	s.fn = nil
 	return s
 }
+
+// QueuedReserves is how many reservations wait for a call of s.
+func QueuedReserves(s *Store) int {
+	l := &s.records.reserves
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}
+
+// QueuedSettles is how many settlements wait for a call of s.
+func QueuedSettles(s *Store) int {
+	l := &s.records.settles
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
+}

@@ -61,11 +61,12 @@ type Options struct {
 	// slots of their items and a pointer in the id's slot (see Reserve);
 	// without Cluster they fail on Redis Cluster with CROSSSLOT.
 	Cluster bool
-	// Unbatched makes every check its own script call. By default checks
-	// that arrive while a check's call is in flight are decided together in
-	// the next call, each still all or nothing and in arrival order, which
-	// shares one call's cost among them; a lone caller waits for nothing
-	// (batch.go).
+	// Unbatched makes every check, reservation and settlement its own
+	// call. By default checks that arrive while a check's call is in
+	// flight are decided together in the next call, each still all or
+	// nothing and in arrival order, which shares one call's cost among
+	// them; a lone caller waits for nothing (batch.go). Reservations and
+	// settlements are batched alike, except on Cluster (reserve_batch.go).
 	Unbatched bool
 	// TTLPadding is added to every key's TTL. Keys always expire as soon as
 	// their state is empty; padding only matters when the caller's clock
@@ -92,8 +93,10 @@ type Store struct {
 	caller  bool
 	cluster bool
 	padMs   string
-	// batch queues checks per slot; nil when Options.Unbatched.
-	batch *batchers
+	// batch queues checks per slot, records the reservations and
+	// settlements (not on Cluster); both nil when Options.Unbatched.
+	batch   *batchers
+	records *recordLanes
 	// batchScriptAlways makes even a lone check run the batch script, so
 	// that the test suites exercise it on every decision (export_test.go).
 	batchScriptAlways bool
@@ -103,16 +106,18 @@ type Store struct {
 // The entry points as the store calls them, and the library that holds
 // them all.
 var (
-	lib        = buildLibrary()
-	checkSc    = newScript(lib, checkEntry)
-	checkBatch = newScript(lib, checkBatchEntry)
-	adjustSc   = newScript(lib, adjustEntry)
-	resetSc    = newScript(lib, resetEntry)
-	entriesSc  = newScript(lib, entriesEntry)
-	reserveSc  = newScript(lib, reserveEntry)
-	settleSc   = newScript(lib, settleEntry)
-	claimSc    = newScript(lib, claimEntry)
-	checkOne   = [...]script{
+	lib            = buildLibrary()
+	checkSc        = newScript(lib, checkEntry)
+	checkBatch     = newScript(lib, checkBatchEntry)
+	adjustSc       = newScript(lib, adjustEntry)
+	resetSc        = newScript(lib, resetEntry)
+	entriesSc      = newScript(lib, entriesEntry)
+	reserveSc      = newScript(lib, reserveEntry)
+	settleSc       = newScript(lib, settleEntry)
+	claimSc        = newScript(lib, claimEntry)
+	reserveBatchSc = newScript(lib, reserveBatchEntry)
+	settleBatchSc  = newScript(lib, settleBatchEntry)
+	checkOne       = [...]script{
 		tokenlimit.FixedWindow:    newScript(lib, checkOneEntry[tokenlimit.FixedWindow]),
 		tokenlimit.SlidingLog:     newScript(lib, checkOneEntry[tokenlimit.SlidingLog]),
 		tokenlimit.SlidingCounter: newScript(lib, checkOneEntry[tokenlimit.SlidingCounter]),
@@ -164,6 +169,7 @@ func New(client Scripter, opts Options) (*Store, error) {
 	}
 	if !opts.Unbatched {
 		s.batch = newBatchers(opts.Cluster)
+		s.records = newRecordLanes(s)
 	}
 	return s, nil
 }

@@ -37,6 +37,9 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.Reser
 	if s.cluster {
 		return s.reserveCluster(ctx, now, req, results)
 	}
+	if s.records != nil {
+		return s.reserveBatched(ctx, now, req, results)
+	}
 	return s.reserveAt(ctx, now, s.caller, s.RecordKey(req.ID), req.Digest(), req.TTL, req.Items, rulesOf(req), results)
 }
 
@@ -68,6 +71,11 @@ func (s *Store) reserveAt(ctx context.Context, now time.Time, callerTime bool, r
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: %w", err)
 	}
+	return reserveOutcome(items, results, reply)
+}
+
+// reserveOutcome reads reserve.lua's reply for items into results.
+func reserveOutcome(items []tokenlimit.Item, results []tokenlimit.Result, reply []int64) (tokenlimit.ReserveOutcome, error) {
 	if len(reply) < 2 {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply has %d values, want at least 2", len(reply))
 	}
@@ -98,6 +106,9 @@ func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.Settle
 	}
 	if s.cluster {
 		return s.settleCluster(ctx, now, req)
+	}
+	if s.records != nil {
+		return s.settleBatched(ctx, now, req)
 	}
 	return s.settleAt(ctx, now, s.RecordKey(req.ID), req, false)
 }

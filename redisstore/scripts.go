@@ -46,6 +46,9 @@ var (
 	reserveEntry = entry{"reserve", withAlgorithms("check_group.lua", "adjust_item.lua", "record.lua", "reserve.lua")}
 	settleEntry  = entry{"settle", withAlgorithms("adjust_item.lua", "record.lua", "settle.lua")}
 	claimEntry   = entry{"claim", withAlgorithms("adjust_item.lua", "record.lua", "claim.lua")}
+	// The batches of reservations and of settlements (reserve_batch.go).
+	reserveBatchEntry = entry{"reserve_batch", withAlgorithms("check_group.lua", "adjust_item.lua", "record.lua", "reserve.lua", "reserve_batch.lua")}
+	settleBatchEntry  = entry{"settle_batch", withAlgorithms("adjust_item.lua", "record.lua", "settle_batch.lua")}
 	// entries lists a sliding log's entries in its window (read only).
 	entriesEntry = entry{"log_entries", []string{"lib.lua", "sliding_log.lua", "log_entries.lua"}}
 	resetEntry   = entry{"reset", []string{"lib.lua", "reset.lua"}}
@@ -64,7 +67,7 @@ var (
 // allEntries are the library's entry points (GCRA shares the token
 // bucket's).
 var allEntries = []entry{
-	checkEntry, checkBatchEntry, adjustEntry, reserveEntry, settleEntry, claimEntry, entriesEntry, resetEntry,
+	checkEntry, checkBatchEntry, adjustEntry, reserveEntry, reserveBatchEntry, settleEntry, settleBatchEntry, claimEntry, entriesEntry, resetEntry,
 	checkOneEntry[tokenlimit.FixedWindow], checkOneEntry[tokenlimit.SlidingLog],
 	checkOneEntry[tokenlimit.SlidingCounter], checkOneEntry[tokenlimit.TokenBucket],
 }

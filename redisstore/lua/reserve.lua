@@ -8,17 +8,16 @@
 -- Reply: time µs, status, then per item the 5 values of check.lua (none
 -- for a conflict or a tombstone).
 
-local function reserve(keys, argv)
-  local now = clock(argv[1])
-  local pad, digest, ttl = tonumber(argv[2]), argv[3], tonumber(argv[4])
-  local rec = load_record(keys[1], now)
+-- reserve_one reserves the items whose numbers are p[a + 1 .. a + 5n],
+-- with their rules at p[a + 5n + 1 .. a + 6n], its record at keys[k] and
+-- the items' keys after it, at now. It returns the reply.
+local function reserve_one(keys, k, p, a, n, digest, ttl, now, pad)
+  local rec = load_record(keys[k], now)
   if rec then
     return replay(rec, digest)
   end
-  local p = cmsgpack.unpack(argv[5])
-  local n = #p / 6
   local reply = { now, DENIED }
-  check_group(keys, p, reply, 0, n, 2, now, pad)
+  check_group(keys, p, reply, a, n, k + 1, now, pad)
   for i = 1, n do
     if reply[3 + (i - 1) * 5] ~= 1 then
       return reply
@@ -29,17 +28,23 @@ local function reserve(keys, argv)
   for i = 3, #reply do
     results[i - 2] = reply[i]
   end
-  local k = 2
+  local ik = k + 1
   for i = 1, n do
-    local a = (i - 1) * 5
-    local alg = p[a + 1]
-    local it = { alg, p[a + 2], p[a + 3], p[a + 4], p[a + 5], p[5 * n + i], keys[k] }
+    local b = a + (i - 1) * 5
+    local alg = p[b + 1]
+    local it = { alg, p[b + 2], p[b + 3], p[b + 4], p[b + 5], p[a + 5 * n + i], keys[ik] }
     if alg == SLIDING_LOG then
-      it[8] = keys[k + 1]
+      it[8] = keys[ik + 1]
     end
     items[i] = it
-    k = k + key_count(alg)
+    ik = ik + key_count(alg)
   end
-  save_record(keys[1], { RECORD_RESERVED, digest, now, now + ttl, results, items }, now, pad)
+  save_record(keys[k], { RECORD_RESERVED, digest, now, now + ttl, results, items }, now, pad)
   return reply
+end
+
+local function reserve(keys, argv)
+  local now = clock(argv[1])
+  local p = cmsgpack.unpack(argv[5])
+  return reserve_one(keys, 1, p, 0, #p / 6, argv[3], tonumber(argv[4]), now, tonumber(argv[2]))
 end
