@@ -40,7 +40,8 @@ const maxPercent = 10_000
 // Start makes the collector wait, after each collection, until the heap
 // reaches floor bytes, unless the configured GOGC already lets it grow that
 // far; it does nothing while the collector is off (GOGC=off). Stop undoes
-// it. A floor of 0 does nothing.
+// it. A floor of 0 does nothing. The percentage is the process's: run one
+// Floor at a time.
 func Start(floor uint64) *Floor {
 	base := debug.SetGCPercent(100)
 	debug.SetGCPercent(base)
