@@ -15,8 +15,10 @@
 // caches on: envoy's LOCAL_CACHE_SIZE_IN_BYTES, tokenlimit's local_cache).
 //
 // Per service and cell it reports decisions/s, p50/p99 latency, the CPU
-// time per decision of the service and of redis-server (from /proc), and
-// the Redis commands per decision (INFO commandstats). tokenlimit's
+// time per decision of the service, of redis-server and of the load
+// generator itself (from /proc), the service's heap allocations per
+// decision (go_memstats_mallocs_total, where it exports it), and the Redis
+// commands per decision (INFO commandstats). tokenlimit's
 // decisions that fell back to a failure mode (tokenlimit_decisions_total
 // with a fail_open or fail_closed result) are counted: a cell with any is
 // not a measurement of Redis, and is flagged.
@@ -185,6 +187,7 @@ type tally struct {
 	elapsed                    time.Duration
 	lat                        []time.Duration // a sample
 	serviceCPU, redisCPU       time.Duration
+	loadCPU                    time.Duration // the load generator's (this process)
 	redisCalls, scriptCalls    int64
 	fallback                   int64 // tokenlimit decisions by a failure mode
 	mallocs                    int64 // the service's heap allocations (go_memstats_mallocs_total); -1 unknown
@@ -290,6 +293,7 @@ func (t *tally) add(o tally) {
 	t.lat = append(t.lat, o.lat...)
 	t.serviceCPU += o.serviceCPU
 	t.redisCPU += o.redisCPU
+	t.loadCPU += o.loadCPU
 	t.redisCalls += o.redisCalls
 	t.scriptCalls += o.scriptCalls
 	t.fallback += o.fallback
@@ -313,9 +317,12 @@ func measure(s *service, redis *redisserver.Server, call func(context.Context, i
 	fb0, m0 := scrape(s)
 	svc0, _ := cpuTime(s.pid)
 	red0, _ := cpuTime(redis.Pid())
+	gen0, _ := cpuTime(os.Getpid())
 	t := load(context.Background(), call, o.callers, users, o.slice)
 	svc1, _ := cpuTime(s.pid)
 	red1, _ := cpuTime(redis.Pid())
+	gen1, _ := cpuTime(os.Getpid())
+	t.loadCPU = gen1 - gen0
 	calls1, scripts1, err := redisCalls(redis)
 	if err != nil {
 		return tally{}, err
@@ -612,10 +619,11 @@ func quantile(lat []time.Duration, q float64) time.Duration {
 type row struct {
 	rate, p50, p99, svcCPU, redisCPU, calls, scripts, allowed, fallback, errors float64
 	mallocs                                                                     float64 // -1 unknown
+	loadCPU                                                                     float64
 }
 
 func medians(runs []tally) row {
-	var r [11][]float64
+	var r [12][]float64
 	for _, t := range runs {
 		d := float64(max(t.decisions, 1))
 		r[0] = append(r[0], float64(t.decisions)/t.elapsed.Seconds())
@@ -632,14 +640,15 @@ func medians(runs []tally) row {
 		if t.mallocs < 0 {
 			r[10][len(r[10])-1] = -1
 		}
+		r[11] = append(r[11], float64(t.loadCPU)/d)
 	}
-	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8]), median(r[10])}
+	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8]), median(r[10]), median(r[11])}
 }
 
 func report(sc scenario, svcs []*service, runs [][]tally) {
 	fmt.Printf("## Scenario %s (%d users)\n\n", sc.name, sc.users)
-	fmt.Println("| service | decisions/s | p50 | p99 | service CPU/decision | redis CPU/decision | Redis commands/decision (of them script calls) | allowed | failure-mode decisions | errors | service heap allocations/decision |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| service | decisions/s | p50 | p99 | service CPU/decision | redis CPU/decision | Redis commands/decision (of them script calls) | allowed | failure-mode decisions | errors | service heap allocations/decision | load generator CPU/decision |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	rows := make([]row, len(svcs))
 	for i, s := range svcs {
 		r := medians(runs[i])
@@ -648,9 +657,9 @@ func report(sc scenario, svcs []*service, runs [][]tally) {
 		if r.mallocs >= 0 {
 			allocs = fmt.Sprintf("%.1f", r.mallocs)
 		}
-		fmt.Printf("| %s | %.1fk | %s | %s | %.1f µs | %.1f µs | %.3f (%.3f) | %.1f%% | %.0f | %.0f | %s |\n", s.name, r.rate/1000,
+		fmt.Printf("| %s | %.1fk | %s | %s | %.1f µs | %.1f µs | %.3f (%.3f) | %.1f%% | %.0f | %.0f | %s | %.1f µs |\n", s.name, r.rate/1000,
 			time.Duration(r.p50).Round(time.Microsecond), time.Duration(r.p99).Round(time.Microsecond),
-			r.svcCPU/1000, r.redisCPU/1000, r.calls, r.scripts, 100*r.allowed, r.fallback, r.errors, allocs)
+			r.svcCPU/1000, r.redisCPU/1000, r.calls, r.scripts, 100*r.allowed, r.fallback, r.errors, allocs, r.loadCPU/1000)
 		if runs[i][0].firstErr != nil {
 			fmt.Printf("\nfirst error of %s: %v\n\n", s.name, runs[i][0].firstErr)
 		}
