@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 func TestValidate(t *testing.T) {
@@ -208,10 +209,10 @@ func TestServeReloadsTheConfigFile(t *testing.T) {
 		t.Fatalf("at start: version %d limits %v, want version 1 with [one]", v, names)
 	}
 	write("limits:\n  - name: two\n    key: [user]\n    algorithm: fixed_window\n    limit: 20/s\n")
-	waitFor(t, "the new file to load", func() bool { v, names := limits(); return v == 2 && len(names) == 1 && names[0] == "two" })
+	testkit.Eventually(t, 20*time.Second, "the new file to load", func() bool { v, names := limits(); return v == 2 && len(names) == 1 && names[0] == "two" })
 
 	write("limits:\n  - name: three\n    algorithm: nonsense\n")
-	waitFor(t, "the bad file to be rejected", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the bad file to be rejected", func() bool {
 		resp, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -463,7 +464,7 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 
 	// Redis starts on that port: serve picks it up by itself.
 	srv.Restart()
-	waitFor(t, "a fail-closed check decided by Redis", func() bool {
+	testkit.Eventually(t, 20*time.Second, "a fail-closed check decided by Redis", func() bool {
 		a := check("/closed")
 		return a.code == http.StatusOK && a.body.Allowed && len(a.body.Limits) == 1 && !a.body.Limits[0].FailOpen && a.body.Limits[0].Limit == 100
 	})
@@ -473,7 +474,7 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 	if n, err := srv.Do("DBSIZE"); err != nil || n == "0" {
 		t.Errorf("DBSIZE = %q, %v; want the budgets in Redis", n, err)
 	}
-	waitFor(t, "/readyz ok", func() bool { code, _ := readyz(); return code == http.StatusOK })
+	testkit.Eventually(t, 20*time.Second, "/readyz ok", func() bool { code, _ := readyz(); return code == http.StatusOK })
 
 	cancel()
 	select {
@@ -483,17 +484,5 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not shut down")
-	}
-}
-
-// waitFor polls ok until it holds, failing the test after 20 seconds.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 const envoyYAML = `domain: api
@@ -39,18 +40,6 @@ func writeEnvoyDir(t *testing.T, dir string, perHour int) {
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, "config.yaml")); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// eventually polls cond every 10ms until it holds or 20 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -121,7 +110,7 @@ func TestServeEnvoyConfig(t *testing.T) {
 			}
 			health := healthpb.NewHealthClient(conn)
 			for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
-				eventually(t, "health "+svc+" SERVING", func() bool {
+				testkit.Eventually(t, 20*time.Second, "health "+svc+" SERVING", func() bool {
 					h, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 					return err == nil && h.Status == healthpb.HealthCheckResponse_SERVING
 				})
@@ -143,7 +132,7 @@ func TestServeEnvoyConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeEnvoyDir(t, dir, 5)
-			eventually(t, "the new limit of 5", func() bool { return ask("dave").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 5 })
+			testkit.Eventually(t, 20*time.Second, "the new limit of 5", func() bool { return ask("dave").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 5 })
 
 			cancel()
 			select {

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // grpcurlModule is the grpcurl build the tests use; scripts/test.sh
@@ -150,12 +151,12 @@ func TestHealthFollowsTheStore(t *testing.T) {
 	}
 	// A loaded machine may take longer than a health check allows for the
 	// first call on a fresh connection: wait for SERVING.
-	eventually(t, "SERVING with Redis up", func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
+	testkit.Eventually(t, 20*time.Second, "SERVING with Redis up", func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
 	if _, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "nope"}); err == nil {
 		t.Error("an unknown service: no error")
 	}
 	redis.Stop()
-	eventually(t, "NOT_SERVING with Redis down", func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
+	testkit.Eventually(t, 20*time.Second, "NOT_SERVING with Redis down", func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
 	redis.Restart()
-	eventually(t, "SERVING with Redis back", func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
+	testkit.Eventually(t, 20*time.Second, "SERVING with Redis back", func() bool { return status() == healthpb.HealthCheckResponse_SERVING })
 }

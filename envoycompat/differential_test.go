@@ -16,7 +16,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/envoycompat"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 )
 
 // envoyRatelimitModule is the envoyproxy/ratelimit build the differential
@@ -273,7 +273,7 @@ func startEnvoy(t *testing.T, bin string, env map[string]string, redisAddr strin
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func startTokenlimit(t *testing.T, env map[string]string, redisAddr string) (rls
 		<-exited
 	})
 	addr, httpAddr := make(chan string, 1), make(chan string, 1)
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
@@ -472,22 +472,4 @@ func TestDifferentialSettings(t *testing.T) {
 		"SHADOW_MODE": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left", "CACHE_KEY_PREFIX": "pre_",
 	})
 	p.compare(t, c)
-}
-
-// lockedBuffer collects a process's output while the test may read it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

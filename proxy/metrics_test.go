@@ -1,36 +1,23 @@
 package proxy_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// jsonLines decodes the JSON objects of a log, one a line; other lines
+// are skipped.
+func jsonLines(log string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) == nil {
 			out = append(out, m)
@@ -50,7 +37,7 @@ func TestObservability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testkit.Buffer
 	e := newEnv(t, "memory", withConfig("prices:\n  gpt-4o: {input: 2.50, output: 10}\n"+exampleConfig), withOptions(func(o *proxy.Options) {
 		o.Metrics, o.Logger = m, slog.New(slog.NewJSONHandler(&logs, nil))
 	}))
@@ -64,32 +51,32 @@ func TestObservability(t *testing.T) {
 
 	for _, tt := range []struct {
 		name   string
-		labels map[string]string
+		labels []string // name, value pairs
 		want   float64
 	}{
-		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "gpt-4o", "direction": "input"}, 31},
-		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "gpt-4o", "direction": "output"}, 9},
-		{"tokenlimit_proxy_tokens_total", map[string]string{"model": "other", "direction": "input"}, 31},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input"}, 31},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "output"}, 9},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "other", "direction", "input"}, 31},
 		// 31 × $2.50/M + 9 × $10/M = 167.5 µ$, rounded up.
-		{"tokenlimit_proxy_spend_usd_total", map[string]string{"model": "gpt-4o"}, 0.000168},
-		{"tokenlimit_proxy_spend_usd_total", map[string]string{"model": "other"}, 0},
-		{"tokenlimit_proxy_upstream_responses_total", map[string]string{"api": "chat", "status": "200"}, 2},
-		{"tokenlimit_proxy_upstream_responses_total", map[string]string{"api": "chat", "status": "500"}, 1},
-		{"tokenlimit_proxy_upstream_seconds", map[string]string{"api": "chat"}, 3}, // the histogram's count
+		{"tokenlimit_proxy_spend_usd_total", []string{"model", "gpt-4o"}, 0.000168},
+		{"tokenlimit_proxy_spend_usd_total", []string{"model", "other"}, 0},
+		{"tokenlimit_proxy_upstream_responses_total", []string{"api", "chat", "status", "200"}, 2},
+		{"tokenlimit_proxy_upstream_responses_total", []string{"api", "chat", "status", "500"}, 1},
+		{"tokenlimit_proxy_upstream_seconds", []string{"api", "chat"}, 3}, // the histogram's count
 	} {
-		if got := metricValue(t, reg, tt.name, tt.labels); got != tt.want {
+		if got := testkit.Metric(t, reg, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
 		}
 	}
 
 	var calls []map[string]any
-	for _, l := range logs.lines() {
+	for _, l := range jsonLines(logs.String()) {
 		if l["msg"] == "call" {
 			calls = append(calls, l)
 		}
 	}
 	if len(calls) != 3 {
-		t.Fatalf("%d access-log lines, want 3: %v", len(calls), logs.lines())
+		t.Fatalf("%d access-log lines, want 3: %v", len(calls), jsonLines(logs.String()))
 	}
 	c := calls[0]
 	if c["request_id"] != first.Header.Get("X-Tokenlimit-Request-Id") || c["api"] != "chat" || c["status"] != float64(200) ||
@@ -106,35 +93,4 @@ func TestObservability(t *testing.T) {
 func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-// metricValue returns the value of the counter (or the histogram's count)
-// name with exactly labels in reg, 0 if it has none.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != len(labels) {
-				continue
-			}
-			for _, lp := range m.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
-			}
-			if h := m.GetHistogram(); h != nil {
-				return float64(h.GetSampleCount())
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }

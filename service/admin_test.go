@@ -78,10 +78,10 @@ limits:
 		if v := e.svc.ConfigVersion(); v != 3 {
 			t.Errorf("version after a second reload = %d, want 3", v)
 		}
-		if got := metric(t, e.reg, "tokenlimit_config_reloads_total", "result", "ok"); got != 2 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_config_reloads_total", "result", "ok"); got != 2 {
 			t.Errorf("reloads ok = %v, want 2", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_config_reloads_total", "result", "error"); got != 1 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_config_reloads_total", "result", "error"); got != 1 {
 			t.Errorf("reloads error = %v, want 1", got)
 		}
 	})

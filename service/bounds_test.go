@@ -63,16 +63,16 @@ func TestFullStoreIsNotAFailingStore(t *testing.T) {
 	if d := e.check(D{"user": "a"}, 1); !d.Allowed || d.Limits[0].Remaining != 3 {
 		t.Errorf("user a, already stored: %s, want allowed with 3 left", describe(d))
 	}
-	if got := metric(t, e.reg, "tokenlimit_key_space_full_total", "store", "store"); got != 2 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_key_space_full_total", "store", "store"); got != 2 {
 		t.Errorf("key_space_full_total{store} = %v, want 2", got)
 	}
-	if got := metric(t, e.reg, "tokenlimit_decisions_total", "limit", "open-per-user", "result", "key_space_full"); got != 2 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", "open-per-user", "result", "key_space_full"); got != 2 {
 		t.Errorf("decisions{open-per-user, key_space_full} = %v, want 2", got)
 	}
-	if got := metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
 		t.Errorf("store errors = %v, want 0: a full store is not a failing one", got)
 	}
-	if got := metric(t, e.reg, "tokenlimit_store_keys", "store", "store"); got != 2 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_keys", "store", "store"); got != 2 {
 		t.Errorf("tokenlimit_store_keys{store} = %v, want 2", got)
 	}
 	if h := e.svc.Health(); h.Breaker != "closed" {
@@ -101,7 +101,7 @@ func TestFullLocalBudgetIsBounded(t *testing.T) {
 	if d.Allowed || !d.KeySpaceFull || d.Unavailable {
 		t.Errorf("user b with the local budget full: %s, want denied as key_space_full", describe(d))
 	}
-	if got := metric(t, e.reg, "tokenlimit_key_space_full_total", "store", "local"); got != 1 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_key_space_full_total", "store", "local"); got != 1 {
 		t.Errorf("key_space_full_total{local} = %v, want 1", got)
 	}
 	if h := e.svc.Health(); !h.KeySpaceFull || h.LocalKeys != 1 || h.LocalMaxKeys != 1 {
@@ -153,7 +153,7 @@ limits:
 		if admitted != 5 {
 			t.Errorf("200 new users past max_keys: %d admitted, want 5 (the overflow budget's limit)", admitted)
 		}
-		if got := metric(t, e.reg, "tokenlimit_key_overflow_total", "limit", "per-user"); got != 200 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_key_overflow_total", "limit", "per-user"); got != 200 {
 			t.Errorf("key_overflow_total{per-user} = %v, want 200", got)
 		}
 		if d := e.check(D{"user": "old7"}, 1); !d.Allowed || d.Limits[0].Remaining != 3 || d.Limits[0].Key != "per-user|user=old7" {

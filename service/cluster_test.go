@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -63,7 +64,7 @@ limits:
 	d := e.check(D{"user": "alice", "model": "gpt-4o"}, 1)
 	if !d.Allowed || d.Unavailable {
 		t.Errorf("a request selecting 2 limits on Redis Cluster: %s; want allowed by Redis (store errors: %v)",
-			describe(d), metric(t, e.reg, "tokenlimit_store_errors_total"))
+			describe(d), testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"))
 	}
 	calls := 0
 	for i := range cluster.Addrs() {

@@ -412,10 +412,10 @@ limits:
 		if after := e.remaining(u, "trial"); after != before {
 			t.Errorf("trial remaining %d after a denied request, was %d: a denied request charged the shadow limit", after, before)
 		}
-		if got := metric(t, e.reg, "tokenlimit_decisions_total", "limit", "trial", "result", "shadow_allowed"); got != 1 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", "trial", "result", "shadow_allowed"); got != 1 {
 			t.Errorf("shadow_allowed decisions of trial = %v, want 1", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_decisions_total", "limit", "trial", "result", "shadow_denied"); got != 2 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", "trial", "result", "shadow_denied"); got != 2 {
 			t.Errorf("shadow_denied decisions of trial = %v, want 2", got)
 		}
 	})
@@ -561,7 +561,7 @@ limits:
 		if got := e.remaining(ok.Descriptors, "per-user"); got != 4 {
 			t.Errorf("remaining %d after refused requests, want 4", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_decisions_total", "limit", "per-user", "result", "allowed"); got != 1 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", "per-user", "result", "allowed"); got != 1 {
 			t.Errorf("allowed decisions = %v, want 1: refused requests are not decisions", got)
 		}
 	})

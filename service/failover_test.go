@@ -185,8 +185,8 @@ func TestClusterFailoverOverAdmission(t *testing.T) {
 	open, closed := snapshotCount(counts["/open"]), snapshotCount(counts["/closed"])
 	var written, failed float64
 	for _, reg := range regs {
-		written += metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open", "result", "ok")
-		failed += metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open", "result", "failed")
+		written += testkit.Metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open", "result", "ok")
+		failed += testkit.Metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open", "result", "failed")
 	}
 	overOpen, overClosed := open.allowed-failoverLimit, closed.allowed-failoverLimit
 	t.Logf("over-admission after a master SIGKILL, 2 replicas, limit %d/h: fail-open (share 0.5) %+d (%.2f%% of the limit), fail-closed %+d; "+

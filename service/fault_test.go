@@ -194,7 +194,7 @@ func testRedisOutage(t *testing.T, client string) {
 	defer stopLoad()
 
 	// Phase 1: Redis decides.
-	eventually(t, 10*time.Second, "every user decided by Redis on both routes", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every user decided by Redis on both routes", func() bool {
 		return snapshot(func(_ int, _ string, tl tally) bool { return tl.redisAllowed+tl.redisDenied >= 3 })
 	})
 	if h := svc.Health(); h.Degraded || h.Breaker != "closed" {
@@ -203,8 +203,8 @@ func testRedisOutage(t *testing.T, client string) {
 
 	// Phase 2: Redis stops under load.
 	srv.Stop()
-	eventually(t, 10*time.Second, "health degraded", func() bool { return svc.Health().Degraded })
-	eventually(t, 10*time.Second, "every user decided by the failure modes", func() bool {
+	testkit.Eventually(t, 10*time.Second, "health degraded", func() bool { return svc.Health().Degraded })
+	testkit.Eventually(t, 10*time.Second, "every user decided by the failure modes", func() bool {
 		return snapshot(func(_ int, route string, tl tally) bool {
 			if route == "/open" {
 				return tl.failOpenAllowed+tl.failOpenDenied >= localLeft(tl)+3
@@ -257,18 +257,18 @@ func testRedisOutage(t *testing.T, client string) {
 		{"tokenlimit_store_errors_total", nil, 3, true},
 		{"tokenlimit_breaker_state", nil, 2, false},
 	} {
-		got := metric(t, reg, m.name, m.labels...)
+		got := testkit.Metric(t, reg, m.name, m.labels...)
 		if got != m.want && !(m.atLeast && got > m.want) {
 			t.Errorf("%s%v = %v, want %v (at least: %v)", m.name, m.labels, got, m.want, m.atLeast)
 		}
 	}
 	// The breaker spares the dead store: with the clock frozen it stays open
 	// and no call reaches the store (no new store errors).
-	errorsBefore := metric(t, reg, "tokenlimit_store_errors_total")
+	errorsBefore := testkit.Metric(t, reg, "tokenlimit_store_errors_total")
 	for range 20 {
 		svc.Check(ctx, service.Request{Descriptors: D{"user": "u1", "route": "/open"}})
 	}
-	if got := metric(t, reg, "tokenlimit_store_errors_total"); got != errorsBefore {
+	if got := testkit.Metric(t, reg, "tokenlimit_store_errors_total"); got != errorsBefore {
 		t.Errorf("store errors went from %v to %v while the breaker was open", errorsBefore, got)
 	}
 
@@ -287,7 +287,7 @@ func testRedisOutage(t *testing.T, client string) {
 	// The first call after the cooldown is the breaker's trial; should it
 	// fail (a client still reconnecting), the breaker reopens for another
 	// cooldown, so the clock moves on between tries.
-	eventually(t, 10*time.Second, "recovery after the cooldown", func() bool {
+	testkit.Eventually(t, 10*time.Second, "recovery after the cooldown", func() bool {
 		d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "probe", "route": "/closed"}})
 		if err == nil && !d.Unavailable && !svc.Health().Degraded {
 			return true
@@ -298,7 +298,7 @@ func testRedisOutage(t *testing.T, client string) {
 	if h := svc.Health(); h.Degraded || h.Breaker != "closed" {
 		t.Errorf("Health() after recovery = %+v", h)
 	}
-	if got := metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
+	if got := testkit.Metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
 		t.Errorf("breaker state after recovery = %v, want 0", got)
 	}
 	// Decisions come from Redis again, counted in the new server (empty),
@@ -316,7 +316,7 @@ func testRedisOutage(t *testing.T, client string) {
 	})
 	for u := range outageUsers {
 		var o service.Outcome
-		eventually(t, 10*time.Second, fmt.Sprintf("user %d decided by Redis", u), func() bool {
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("user %d decided by Redis", u), func() bool {
 			d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u" + strconv.Itoa(u), "route": "/open"}})
 			if err != nil || len(d.Limits) != 1 {
 				t.Fatalf("check after recovery: %s, %v", describe(d), err)
@@ -328,12 +328,12 @@ func testRedisOutage(t *testing.T, client string) {
 		// twice (denying early), never not at all.
 		written := int64(10 - 1 - allowedLocally[u]) // this check's 1 and the local ones
 		if o.Limit != 10 || !o.Allowed || o.Remaining > written ||
-			(o.Remaining != written && metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "failed") == 0) {
+			(o.Remaining != written && testkit.Metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "failed") == 0) {
 			t.Errorf("user %d after recovery: %+v; want allowed by Redis with %d of 10 left (the %d admitted locally written back)", u, o, written, allowedLocally[u])
 		}
 	}
 	// Every local admission was written back.
-	if ok := metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "ok"); ok != failOpenAllowed {
+	if ok := testkit.Metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "ok"); ok != failOpenAllowed {
 		t.Errorf("written back %v, want %v", ok, failOpenAllowed)
 	}
 	if n, err := srv.Do("DBSIZE"); err != nil || n == "0" {
@@ -348,11 +348,11 @@ func testRedisOutage(t *testing.T, client string) {
 	// end when it is closed (while the server still runs, so that no
 	// connection ends by itself), and the server's when it stops.
 	closeClient()
-	eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the client is closed", withServer), func() bool {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the client is closed", withServer), func() bool {
 		return runtime.NumGoroutine() <= withServer
 	})
 	srv.Stop()
-	eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the server stopped", before), func() bool {
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d once the server stopped", before), func() bool {
 		return runtime.NumGoroutine() <= before
 	})
 }
@@ -382,24 +382,8 @@ func dialScripter(t *testing.T, client, addr string) (redisstore.Scripter, func(
 	return nil, nil
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// A caller giving up (its context cancelled: a client disconnecting) says
-// nothing about Redis: it must not count as a store failure, open the
-// breaker and put every other caller on the failure modes.
-func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
-	t.Parallel()
-	const yml = `
+// failClosedConfig is one fail-closed limit per user that no test exhausts.
+const failClosedConfig = `
 limits:
   - name: closed
     key: [user]
@@ -407,7 +391,13 @@ limits:
     limit: 100/h
     failure_mode: closed
 `
-	e := newEnv(t, "redis", yml, t0, func(o *service.Options) { o.BreakerThreshold = 3 })
+
+// A caller giving up (its context cancelled: a client disconnecting) says
+// nothing about Redis: it must not count as a store failure, open the
+// breaker and put every other caller on the failure modes.
+func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "redis", failClosedConfig, t0, func(o *service.Options) { o.BreakerThreshold = 3 })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 3 {
@@ -420,7 +410,7 @@ limits:
 	if !d.Allowed || d.Unavailable {
 		t.Errorf("a healthy caller after 3 cancelled ones: %s, want allowed by Redis", describe(d))
 	}
-	if got := metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
 		t.Errorf("store errors = %v, want 0", got)
 	}
 }
@@ -430,15 +420,7 @@ limits:
 // the replica out of rotation while degraded would keep it out for good).
 func TestHealthRecoversWithoutTraffic(t *testing.T) {
 	t.Parallel()
-	const yml = `
-limits:
-  - name: closed
-    key: [user]
-    algorithm: fixed_window
-    limit: 100/h
-    failure_mode: closed
-`
-	e := newEnv(t, "redis", yml, t0, func(o *service.Options) {
+	e := newEnv(t, "redis", failClosedConfig, t0, func(o *service.Options) {
 		// A generous timeout: on a loaded machine the probe's first call
 		// on a fresh connection can take longer than a production timeout.
 		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, time.Second, 2*time.Second

@@ -3,7 +3,6 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -120,47 +119,6 @@ func describe(d service.Decision) string {
 			o.Name, o.Key, o.Request, o.Cost, o.Shadow, o.FailOpen, o.Allowed, o.Limit, o.Remaining, o.RetryAfter, o.ResetAfter)
 	}
 	return sb.String() + "}"
-}
-
-// metric returns the value of the counter or gauge name with exactly the
-// given labels in reg, or 0 if it has not been recorded. For a histogram it
-// returns the sample count.
-func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	if len(labels)%2 != 0 {
-		t.Fatalf("metric %s: labels must come in name, value pairs: %q", name, labels)
-	}
-	want := map[string]string{}
-	for i := 0; i < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if !maps.Equal(got, want) {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
 }
 
 // metricLabels lists the label sets recorded for name, as "k=v,k=v" sorted.

@@ -43,7 +43,7 @@ limits:
 			{"enforced", "fail_closed"}:       0,
 		}
 		for k, v := range want {
-			if got := metric(t, e.reg, "tokenlimit_decisions_total", "limit", k[0], "result", k[1]); got != v {
+			if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", k[0], "result", k[1]); got != v {
 				t.Errorf("decisions{limit=%s,result=%s} = %v, want %v", k[0], k[1], got, v)
 			}
 		}
@@ -59,16 +59,16 @@ limits:
 		// Allowed decisions leaving less than 10%: the 19th (1 left) and the
 		// 20th (0 left) of enforced; every shadow decision of trial that was
 		// allowed left 0 of 1.
-		if got := metric(t, e.reg, "tokenlimit_near_limit_total", "limit", "enforced"); got != 2 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_near_limit_total", "limit", "enforced"); got != 2 {
 			t.Errorf("near_limit{enforced} = %v, want 2", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_decision_seconds"); got != 22 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_decision_seconds"); got != 22 {
 			t.Errorf("decision latency samples = %v, want 22 (one per Check)", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
 			t.Errorf("store errors on a healthy store = %v, want 0", got)
 		}
-		if got := metric(t, e.reg, "tokenlimit_breaker_state"); got != 0 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_breaker_state"); got != 0 {
 			t.Errorf("breaker state = %v, want 0 (closed)", got)
 		}
 	})

@@ -1,14 +1,17 @@
 // Package testkit is what the tests of several packages share: a fake
-// clock, the stores every behaviour is checked on, and a service on one of
-// them at a fake time, which the HTTP API's, the gRPC server's, the proxy's
-// and the dashboard's tests put their own front on.
+// clock, the stores every behaviour is checked on, a service on one of them
+// at a fake time (which the HTTP API's, the gRPC server's, the proxy's and
+// the dashboard's tests put their own front on), a log buffer, a metric
+// reader and a poll with a deadline.
 //
 // Only tests import it (external test packages: it imports the service).
 package testkit
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -189,9 +192,8 @@ type Env struct {
 }
 
 // NewService starts a service as s describes it, logging nothing. Its
-// store timeout is 10 s, so that a
-// slow machine never turns a check into a failure-mode decision; s.Edit
-// may change that.
+// store timeout is 10 s, so that a slow machine never turns a check into a
+// failure-mode decision; s.Edit may change that.
 func NewService(tb testing.TB, s Setup) *Env {
 	tb.Helper()
 	e := &Env{Clock: NewClock(s.Start)}
@@ -228,4 +230,80 @@ func NewService(tb testing.TB, s Setup) *Env {
 	}
 	e.Service = svc
 	return e
+}
+
+// Buffer collects what several goroutines write, a server's log say, while
+// the test reads it. The zero Buffer is empty and ready for use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Metric returns the value of the counter or gauge name with exactly the
+// given labels (name, value pairs) in reg, or 0 if it has not been
+// recorded. For a histogram it
+// returns the sample count.
+func Metric(tb testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	tb.Helper()
+	if len(labels)%2 != 0 {
+		tb.Fatalf("metric %s: labels must come in name, value pairs: %q", name, labels)
+	}
+	want := map[string]string{}
+	for i := 0; i < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if !maps.Equal(got, want) {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// Eventually polls cond every 10 ms until it holds, failing tb with what
+// once within has passed without it.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not reached within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
+	}
 }

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -334,7 +333,7 @@ func TestStoreFailing(t *testing.T) {
 // Logs never hold an api key in full.
 func TestLogsRedactAPIKeys(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testkit.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newEnv(t, memBackend(), setup{config: allDescriptorsConfig, opts: httpapi.Options{Logger: log, AdminToken: "tok"}})
 	const key = "sk-live-0123456789abcdef"
@@ -351,7 +350,7 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 
 	// A store failure quoting the budget's key is logged without the api key:
 	// budget keys hold only its digest.
-	var failLog syncBuffer
+	var failLog testkit.Buffer
 	store := &failingStore{Store: testkit.MemStore(t)}
 	f := newEnv(t, memBackend(), setup{config: allDescriptorsConfig, store: store,
 		opts: httpapi.Options{Logger: slog.New(slog.NewJSONHandler(&failLog, nil)), AdminToken: "tok"}})
@@ -362,23 +361,6 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 	if !strings.Contains(out, "|user=u") || strings.Contains(out, key) || strings.Contains(out, key[:8]) {
 		t.Errorf("store failure log should name the budget without the api key:\n%s", out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestKeySpaceFull: with the embedded store full, a request that needs a
