@@ -15,13 +15,22 @@ import (
 // decide runs a plan: the enforced checks in one atomic call, then, if they
 // admit the request, the shadow checks in another. A plan of one limit with
 // local_cache that the store denied recently is denied locally (overlimit.go).
+// Fail-open budgets recovering from an outage are charged on their local
+// budgets first, and refunded there unless the store admits (recovery.go).
 func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 	if d, ok := s.cachedDenial(p); ok {
 		return d, nil
 	}
 	d := Decision{Allowed: true, At: s.opts.Clock()}
 	if len(p.enforced) > 0 {
+		h, hd, ok := s.holdLocal(ctx, p.enforced)
+		if !ok {
+			return hd, nil
+		}
 		td, failed, err := s.checkStore(ctx, p.enforced)
+		if err != nil || failed || !td.Allowed {
+			s.release(h)
+		}
 		switch {
 		case errors.Is(err, tokenlimit.ErrStoreFull):
 			d = s.keySpaceFull(p.enforced, "store", err)
@@ -145,42 +154,46 @@ func allAllowed(results []tokenlimit.Result) bool {
 }
 
 // writeBack charges the store what fail-open budgets among checks admitted
-// locally while it failed, before the call that follows, once the breaker
-// is closed (a store that answered a trial). A failed call puts the cost
-// back to be tried again: it may then be charged twice (the failed call may
-// have landed), which denies early but never admits past the limit.
+// locally while it failed, in the call that follows (the breaker's trial
+// included), before that call's own request: the sooner the store counts
+// it, the less it grants other replicas that it has already admitted.
 func (s *Service) writeBack(ctx context.Context, checks []check) error {
-	if s.breaker.State() != breaker.Closed {
+	return s.charge(ctx, s.failOpen.takePending(checks, s.opts.Clock()))
+}
+
+// charge charges w to the store. A failed call puts the cost back to be
+// tried again: it may then be charged twice (the failed call may have
+// landed), which denies early but never admits past the limit.
+func (s *Service) charge(ctx context.Context, w writeback) error {
+	if len(w.adjs) == 0 {
 		return nil
 	}
-	adjs, limits, untils := s.failOpen.takePending(checks, s.opts.Clock())
-	if len(adjs) == 0 {
-		return nil
-	}
-	err := s.opts.Store.Adjust(ctx, s.opts.Clock(), adjs)
+	err := s.opts.Store.Adjust(ctx, s.opts.Clock(), w.adjs)
 	result := writebackOK
 	if err != nil {
 		result = writebackFailed
 	}
-	for i, a := range adjs {
-		s.metrics.writeback.WithLabelValues(limits[i], result).Add(float64(a.Delta))
+	for i, a := range w.adjs {
+		s.metrics.writeback.WithLabelValues(w.limits[i], result).Add(float64(a.Delta))
 	}
 	if errors.Is(err, tokenlimit.ErrInvalid) { // says nothing about the store: decide on
 		s.log.Error("writing back fail-open charges was refused", "error", err)
 		return nil
 	}
 	if err != nil {
-		s.failOpen.putBack(adjs, limits, untils, s.opts.Clock())
+		s.failOpen.putBack(w, s.opts.Clock())
 		return fmt.Errorf("writing back fail-open charges: %w", err)
 	}
+	s.failOpen.writtenBack(w.adjs, s.opts.Clock())
 	return nil
 }
 
 // The store operations, for logs and metrics.
 const (
-	opCheck   = "check"
-	opReserve = "reserve"
-	opSettle  = "settle"
+	opCheck     = "check"
+	opReserve   = "reserve"
+	opSettle    = "settle"
+	opWriteBack = "writeback"
 )
 
 // call runs op against the store: for a remote store through the circuit
@@ -263,6 +276,9 @@ func (s *Service) failover(checks []check) Decision {
 	if err == nil {
 		ld, err = s.local.Check(context.Background(), items(open)...)
 	}
+	if err == nil {
+		s.failOpen.answeredLocally(open, ld.Results, ld.At, now)
+	}
 	if err == nil && ld.Allowed {
 		s.failOpen.admitted(open, ld.Results, ld.At, now)
 	}
@@ -291,6 +307,9 @@ func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest)
 	err := s.failOpen.seed(s.localStore, open, now)
 	if err == nil {
 		res, err = s.local.ReserveWith(context.Background(), req)
+	}
+	if err == nil && (res.Status().Admitted() || res.Status() == tokenlimit.Denied) {
+		s.failOpen.answeredLocally(open, res.Decision().Results, res.Decision().At, now)
 	}
 	if err == nil && res.Status() == tokenlimit.Reserved { // a replay charges nothing more
 		s.failOpen.admitted(open, res.Decision().Results, res.Decision().At, now)

@@ -23,13 +23,17 @@ import (
 //     remembered (or one past its reset) it starts whole, at share × limit;
 //   - once the store answers again, the cost admitted locally is charged to
 //     the store (written back) before the next call for that budget, so that
-//     after an outage the store counts what every replica admitted.
+//     after an outage the store counts what every replica admitted;
+//   - for a while after that (recovery.go) the budget still keeps to its
+//     local share: a request is admitted only if the local budget admits it
+//     too, so that no replica is granted by the store what another replica
+//     admitted locally and has not written back yet.
 //
 // Memory is bounded: at most Options.FailOpenKeys budgets are remembered;
-// an answer is forgotten once its budget would be whole again (the answer's
-// own reset) and nothing admitted locally waits to be written back, and past
-// the bound the entry whose usefulness ends first among a few sampled ones
-// is evicted (like Redis' sampled eviction).
+// an entry is useless once its budget would be whole again (the answer's
+// own reset), nothing admitted locally waits to be written back and its
+// recovery is over, and past the bound the entry whose usefulness ends
+// first among a few sampled ones is evicted (like Redis' sampled eviction).
 
 // failOpenShards spreads the remembered answers over locks.
 const failOpenShards = 64
@@ -47,11 +51,13 @@ const (
 
 // failOpen holds the remembered answers. It is safe for concurrent use.
 type failOpen struct {
-	hashSeed  maphash.Seed
-	perShard  int
-	pending   atomic.Int64 // entries with cost to write back
-	shards    [failOpenShards]failOpenShard
-	onDropped func(limit string, result string, cost int64)
+	hashSeed   maphash.Seed
+	perShard   int
+	recovery   time.Duration // Options.FailOpenRecovery
+	pending    atomic.Int64  // entries with cost to write back
+	recovering atomic.Int64  // entries with recovering set
+	shards     [failOpenShards]failOpenShard
+	onDropped  func(limit string, result string, cost int64)
 }
 
 type failOpenShard struct {
@@ -82,18 +88,30 @@ type budgetMemory struct {
 	pending int64
 	limit   string
 	until   time.Time
+	// recovering is set when the local budget answered for this budget:
+	// until the recovery ends (recoveryEnd), requests keep to the local
+	// budget as well as the store's. storeBack is when the store first
+	// answered for it after that (zero until it has); localWhole is when
+	// the local budget would be whole again.
+	recovering            bool
+	storeBack, localWhole time.Time
 }
 
-// end is when the entry stops being useful.
-func (m *budgetMemory) end() time.Time {
-	if m.pending > 0 && m.until.After(m.reset) {
-		return m.until
+// end is when the entry stops being useful, for recovery the given
+// duration.
+func (m *budgetMemory) end(recovery time.Duration) time.Time {
+	end := m.reset
+	if m.pending > 0 && m.until.After(end) {
+		end = m.until
 	}
-	return m.reset
+	if r := m.recoveryEnd(recovery); m.recovering && r.After(end) {
+		end = r
+	}
+	return end
 }
 
-func newFailOpen(maxKeys int, onDropped func(limit, result string, cost int64)) *failOpen {
-	f := &failOpen{hashSeed: maphash.MakeSeed(), perShard: max(1, maxKeys/failOpenShards), onDropped: onDropped}
+func newFailOpen(maxKeys int, recovery time.Duration, onDropped func(limit, result string, cost int64)) *failOpen {
+	f := &failOpen{hashSeed: maphash.MakeSeed(), perShard: max(1, maxKeys/failOpenShards), recovery: recovery, onDropped: onDropped}
 	for i := range f.shards {
 		f.shards[i].m = map[budgetKey]*budgetMemory{}
 	}
@@ -130,7 +148,7 @@ func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
 	var vm *budgetMemory
 	n := 0
 	for k, m := range sh.m { // map iteration starts at a random entry
-		if vm == nil || m.end().Before(vm.end()) {
+		if vm == nil || m.end(f.recovery).Before(vm.end(f.recovery)) {
 			victim, vm = k, m
 		}
 		if n++; n == evictionSamples {
@@ -147,6 +165,9 @@ func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
 			result = writebackExpired
 		}
 		f.onDropped(vm.limit, result, vm.pending)
+	}
+	if vm.recovering {
+		f.recovering.Add(-1)
 	}
 	delete(sh.m, victim)
 }
@@ -168,6 +189,7 @@ func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now
 			m.known, m.seeded = true, false
 			m.remaining, m.capacity, m.at, m.reset = r.Remaining, r.Limit, at, at.Add(r.ResetAfter)
 		}
+		m.storeAnswered(now)
 		sh.mu.Unlock()
 	}
 }
@@ -268,13 +290,41 @@ func (f *failOpen) admitted(checks []check, results []tokenlimit.Result, at, now
 	}
 }
 
-// takePending removes and returns the cost waiting to be written back for
-// checks, as adjustments charged at now, with the limit of each for
-// metrics. Budgets whose local charges would have refilled by now are
-// dropped and reported as expired.
-func (f *failOpen) takePending(checks []check, now time.Time) (adjs []tokenlimit.Adjustment, limits []string, untils []time.Time) {
+// writeback is cost admitted locally taken to be charged to the store: one
+// adjustment per budget, with its limit's name (for metrics) and the time
+// after which the budget would have refilled it.
+type writeback struct {
+	adjs   []tokenlimit.Adjustment
+	limits []string
+	untils []time.Time
+}
+
+// hasPending reports whether any of checks has cost waiting to be written
+// back.
+func (f *failOpen) hasPending(checks []check, now time.Time) bool {
 	if f.pending.Load() == 0 {
-		return nil, nil, nil
+		return false
+	}
+	for _, c := range checks {
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, false, now)
+		has := m != nil && m.pending > 0
+		sh.mu.Unlock()
+		if has {
+			return true
+		}
+	}
+	return false
+}
+
+// takePending removes and returns the cost waiting to be written back for
+// checks, as adjustments charged at now. Budgets whose local charges would
+// have refilled by now are dropped and reported as expired.
+func (f *failOpen) takePending(checks []check, now time.Time) (w writeback) {
+	if f.pending.Load() == 0 {
+		return w
 	}
 	for _, c := range checks {
 		k := keyOf(c)
@@ -296,20 +346,20 @@ func (f *failOpen) takePending(checks []check, now time.Time) (adjs []tokenlimit
 		case expired:
 			f.onDropped(name, writebackExpired, cost)
 		default:
-			adjs = append(adjs, tokenlimit.Adjustment{Key: k.key, Limit: c.item.Limit, Delta: cost, ChargedAt: now})
-			limits = append(limits, name)
-			untils = append(untils, until)
+			w.adjs = append(w.adjs, tokenlimit.Adjustment{Key: k.key, Limit: c.item.Limit, Delta: cost, ChargedAt: now})
+			w.limits = append(w.limits, name)
+			w.untils = append(w.untils, until)
 		}
 	}
-	return adjs, limits, untils
+	return w
 }
 
 // putBack returns to the pending cost what a failed write-back took, to be
 // tried again with the next call: a call that failed may still have been
 // applied, and charging twice over-counts (denies early) where dropping it
 // would admit past the limit.
-func (f *failOpen) putBack(adjs []tokenlimit.Adjustment, limits []string, untils []time.Time, now time.Time) {
-	for i, a := range adjs {
+func (f *failOpen) putBack(w writeback, now time.Time) {
+	for i, a := range w.adjs {
 		k := budgetKey{key: a.Key, alg: a.Limit.Algorithm}
 		sh := f.shard(k)
 		sh.mu.Lock()
@@ -318,9 +368,9 @@ func (f *failOpen) putBack(adjs []tokenlimit.Adjustment, limits []string, untils
 			f.pending.Add(1)
 		}
 		m.pending += a.Delta
-		m.limit = limits[i]
-		if untils[i].After(m.until) {
-			m.until = untils[i]
+		m.limit = w.limits[i]
+		if w.untils[i].After(m.until) {
+			m.until = w.untils[i]
 		}
 		sh.mu.Unlock()
 	}

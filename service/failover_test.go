@@ -54,13 +54,15 @@ type routeCount struct {
 // cluster clients under load on one user's budgets, and the master of those
 // budgets killed (SIGKILL) halfway through the window. While the replica
 // takes over, the fail-open limit is decided on local budgets started from
-// what Redis last said was left (halved: fail_open_share 0.5) and written
-// back once Redis answers; the fail-closed limit answers unavailable. Once
-// Redis denies again on both replicas, the test counts everything admitted
-// in the window: the local budgets admitted together at most what Redis
-// had left, the fail-open limit is over by at most what was admitted
-// locally (what Redis granted to one replica before the other wrote back),
-// and the fail-closed limit is not over at all.
+// what Redis last said was left (halved: fail_open_share 0.5), written back
+// once Redis answers, and kept to for the recovery period after that (so
+// that the replica back first is not granted what the other admitted
+// locally); the fail-closed limit answers unavailable. Once Redis denies
+// again on both replicas, the test counts everything admitted in the
+// window: the local budgets admitted together at most what Redis had left,
+// the fail-open limit is over by at most 5% of the limit, and the
+// fail-closed limit is not over at all. The breaker cooldown is the
+// default (1 s).
 //
 // Time: the services' clock starts mid-hour and follows the wall clock, and
 // the store decides at that clock (CallerTime), so the hour's window never
@@ -90,11 +92,9 @@ func TestClusterFailoverOverAdmission(t *testing.T) {
 		regs[i] = prometheus.NewRegistry()
 		svcs[i], err = service.New(testkit.ParseConfig(t, failoverConfig), service.Options{
 			Store: st, Clock: clock, Registerer: regs[i], Logger: testkit.Quiet(),
-			// Each replica writes back what it admitted locally at its first
-			// call once its breaker closes; until the other has, Redis does not
-			// count the other's local admissions. A short cooldown keeps that
-			// gap between the replicas short.
-			StoreTimeout: 500 * time.Millisecond, BreakerCooldown: 100 * time.Millisecond,
+			// Long enough that a loaded machine does not make Redis look down
+			// before the kill.
+			StoreTimeout: 500 * time.Millisecond,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -201,11 +201,10 @@ func TestClusterFailoverOverAdmission(t *testing.T) {
 	if inFlight := int64(failoverReplicas * failoverWorkers); open.local > leftAtKill+inFlight {
 		t.Errorf("local fail-open budgets admitted %d, Redis had at most %d left: want at most that (+%d in flight)", open.local, leftAtKill, inFlight)
 	}
-	// Past that, Redis over-admits only what it granted to a replica that
-	// answered again before the other wrote back: at most what was admitted
-	// locally.
-	if overOpen > open.local {
-		t.Errorf("fail-open limit admitted %d, %d over the limit of %d: want at most the %d admitted locally", open.allowed, overOpen, failoverLimit, open.local)
+	// Past that, the recovery period keeps each replica to its local share
+	// until both have written back: the target is 5% of the limit.
+	if overOpen > failoverLimit*5/100 {
+		t.Errorf("fail-open limit admitted %d, %d over the limit of %d: want at most 5%% of the limit (%d)", open.allowed, overOpen, failoverLimit, failoverLimit*5/100)
 	}
 	if overClosed > 0 {
 		t.Errorf("fail-closed limit admitted %d, %d over the limit of %d: want none over", closed.allowed, overClosed, failoverLimit)

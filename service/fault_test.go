@@ -301,12 +301,13 @@ func testRedisOutage(t *testing.T, client string) {
 	if got := testkit.Metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
 		t.Errorf("breaker state after recovery = %v, want 0", got)
 	}
-	// Decisions come from Redis again, counted in the new server (empty),
-	// which first gets what was admitted locally. A call on a connection that
-	// died with the old server may still fail (a check or a write-back is
-	// never retried: it could charge twice), so the test waits for Redis to
-	// decide each user; a failed attempt is a fail-open denial (the local
-	// budget is spent) and charges nothing.
+	// For the recovery period (FailOpenRecovery, 10 s by default) the
+	// fail-open budgets keep to their spent local shares, although the new
+	// server (empty) has room: each request is denied locally, and the
+	// first one writes back what was admitted locally. A call on a
+	// connection that died with the old server may still fail (a write-back
+	// is never retried within a call: it could charge twice), so the test
+	// waits for each user's write-back.
 	var allowedLocally [outageUsers]int
 	snapshot(func(u int, route string, tl tally) bool {
 		if route == "/open" {
@@ -314,16 +315,25 @@ func testRedisOutage(t *testing.T, client string) {
 		}
 		return true
 	})
+	var written int
 	for u := range outageUsers {
-		var o service.Outcome
-		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("user %d decided by Redis", u), func() bool {
+		written += allowedLocally[u]
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("user %d written back", u), func() bool {
 			d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u" + strconv.Itoa(u), "route": "/open"}})
-			if err != nil || len(d.Limits) != 1 {
-				t.Fatalf("check after recovery: %s, %v", describe(d), err)
+			if err != nil || len(d.Limits) != 1 || d.Allowed || !d.Limits[0].FailOpen {
+				t.Fatalf("check during the recovery: %s, %v; want denied by the spent local budget", describe(d), err)
 			}
-			o = d.Limits[0]
-			return !o.FailOpen
+			return testkit.Metric(t, reg, "tokenlimit_fail_open_writeback_total", "limit", "open-limit", "result", "ok") >= float64(written)
 		})
+	}
+	// Then Redis decides alone, counting what was written back.
+	clk.Advance(10 * time.Second)
+	for u := range outageUsers {
+		d, err := svc.Check(ctx, service.Request{Descriptors: D{"user": "u" + strconv.Itoa(u), "route": "/open"}})
+		if err != nil || len(d.Limits) != 1 {
+			t.Fatalf("check after recovery: %s, %v", describe(d), err)
+		}
+		o := d.Limits[0]
 		// A write-back that failed is tried again, so it may be charged
 		// twice (denying early), never not at all.
 		written := int64(10 - 1 - allowedLocally[u]) // this check's 1 and the local ones

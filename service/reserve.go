@@ -92,10 +92,17 @@ func (s *Service) reserveRequest(id string, checks []check) tokenlimit.ReserveRe
 }
 
 // reserveChecks reserves checks under id on the store or, while it fails,
-// on the local fail-open budget.
+// on the local fail-open budget. Fail-open budgets recovering from an outage
+// are charged their estimates on their local budgets first (recovery.go);
+// a settle goes to the store alone, so these local charges stay at the
+// estimate, which only makes the recovery stricter.
 func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
+	}
+	h, hd, ok := s.holdLocal(ctx, checks)
+	if !ok {
+		return hd, nil
 	}
 	req := s.reserveRequest(id, checks)
 	var res *tokenlimit.Reservation
@@ -107,6 +114,9 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 		res, err = s.limiter.ReserveWith(ctx, req)
 		return err
 	})
+	if err != nil || failed || res.Status() != tokenlimit.Reserved { // a replay charges nothing more
+		s.release(h)
+	}
 	switch {
 	case errors.Is(err, tokenlimit.ErrStoreFull):
 		return s.keySpaceFull(checks, "store", err), nil

@@ -62,6 +62,16 @@ type Options struct {
 	// budgets where the store left them; about 150 bytes plus the key each.
 	// Default 100,000.
 	FailOpenKeys int
+	// FailOpenRecovery is how long a fail-open budget that was decided on
+	// its local budget keeps to that local budget once the store answers
+	// for it again: a request is admitted only if both the store and the
+	// local budget admit it, so that a replica back first is not granted
+	// what other replicas admitted locally and have not yet written back.
+	// It ends earlier once the local budget would be whole again. It should
+	// cover the time between the replicas reaching the store again: the
+	// breaker cooldown plus, for a Redis Cluster, a client's topology
+	// refresh after a failover. Default 10s.
+	FailOpenRecovery time.Duration
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -109,7 +119,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.failOpen = newFailOpen(opts.FailOpenKeys, func(limit, result string, cost int64) {
+	s.failOpen = newFailOpen(opts.FailOpenKeys, opts.FailOpenRecovery, func(limit, result string, cost int64) {
 		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
 	})
 	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
@@ -137,7 +147,7 @@ func validate(o Options) error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"StoreTimeout", o.StoreTimeout}, {"BreakerCooldown", o.BreakerCooldown}, {"ReservationTTL", o.ReservationTTL}} {
+	}{{"StoreTimeout", o.StoreTimeout}, {"BreakerCooldown", o.BreakerCooldown}, {"ReservationTTL", o.ReservationTTL}, {"FailOpenRecovery", o.FailOpenRecovery}} {
 		if d.v < 0 {
 			return fmt.Errorf("service: New: %s must not be negative, got %s", d.name, d.v)
 		}
@@ -183,6 +193,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.FailOpenKeys == 0 {
 		o.FailOpenKeys = 100_000
+	}
+	if o.FailOpenRecovery == 0 {
+		o.FailOpenRecovery = 10 * time.Second
 	}
 	return o
 }
@@ -322,7 +335,8 @@ type Outcome struct {
 	// Shadow limits never deny; Allowed says whether they would have.
 	Shadow bool
 	// FailOpen marks an answer taken from the local budget because the
-	// store was failing.
+	// store was failing, or, during the recovery period after that
+	// (Options.FailOpenRecovery), a denial by the local budget.
 	FailOpen bool
 	// Entries, set by Inspect for a sliding log, are the charges in its
 	// window, oldest first.

@@ -167,6 +167,7 @@ func TestNegativeOptions(t *testing.T) {
 		"BreakerThreshold":    func(o *service.Options) { o.BreakerThreshold = -1 },
 		"MaxDescriptorLength": func(o *service.Options) { o.MaxDescriptorLength = -1 },
 		"MaxReservations":     func(o *service.Options) { o.MaxReservations = -1 },
+		"FailOpenRecovery":    func(o *service.Options) { o.FailOpenRecovery = -time.Second },
 	} {
 		opts := service.Options{Store: st}
 		edit(&opts)

@@ -76,6 +76,21 @@ func (b *Breaker) Allow() (Ticket, bool) {
 	return b.gen, false
 }
 
+// Ready reports whether Allow would let a call through now: the breaker is
+// closed, or a half-open trial is due and none is in flight. It changes
+// nothing; a call may still be refused if another takes the trial first.
+func (b *Breaker) Ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case Closed:
+		return true
+	case Open:
+		return b.now().Sub(b.openedAt) >= b.cooldown
+	}
+	return !b.trial
+}
+
 // Done records the outcome of the call t: a success closes the breaker, a
 // failure counts towards opening it (a failed trial reopens it at once).
 func (b *Breaker) Done(t Ticket, err error) {

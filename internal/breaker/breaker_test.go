@@ -24,16 +24,19 @@ func TestBreakerOpensAfterThresholdAndRecoversThroughOneTrial(t *testing.T) {
 		t.Fatalf("after 3 failures: state %s, want open and refusing", b.State())
 	}
 	now = now.Add(999 * time.Millisecond)
-	if _, ok := b.Allow(); ok {
-		t.Fatal("allowed a call before the cooldown ended")
+	if _, ok := b.Allow(); ok || b.Ready() {
+		t.Fatalf("before the cooldown ended: allowed %v, ready %v; want neither", ok, b.Ready())
 	}
 	now = now.Add(time.Millisecond)
+	if !b.Ready() || b.State() != Open {
+		t.Fatalf("cooldown over: ready %v in state %s, want ready and still open (Ready changes nothing)", b.Ready(), b.State())
+	}
 	trial, ok := b.Allow()
 	if !ok || b.State() != HalfOpen {
 		t.Fatalf("after the cooldown: allowed %v in state %s, want the half-open trial", ok, b.State())
 	}
-	if _, ok := b.Allow(); ok {
-		t.Fatal("allowed a second call while the trial is in flight")
+	if _, ok := b.Allow(); ok || b.Ready() {
+		t.Fatalf("while the trial is in flight: allowed %v, ready %v; want neither", ok, b.Ready())
 	}
 	b.Done(trial, errDown) // the trial fails: open again for a full cooldown
 	if b.State() != Open {
@@ -45,7 +48,7 @@ func TestBreakerOpensAfterThresholdAndRecoversThroughOneTrial(t *testing.T) {
 		t.Fatal("refused the second trial")
 	}
 	b.Done(trial, nil)
-	if _, ok := b.Allow(); b.State() != Closed || !ok {
+	if _, ok := b.Allow(); b.State() != Closed || !ok || !b.Ready() {
 		t.Fatalf("after a good trial: %s, want closed", b.State())
 	}
 }

@@ -1,0 +1,189 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// This file closes the recovery gap of fail-open budgets. When the store
+// answers again after an outage, each replica writes back what it admitted
+// locally before its next call for a budget, but the replicas do not reach
+// the store at the same moment (a breaker cooldown, a cluster client's
+// topology refresh apart): the first one back is answered from a count that
+// lacks what the others admitted locally and have not written back yet, and
+// the store would grant it again what they already admitted.
+//
+// So once a budget was answered on its local budget, it keeps to that local
+// budget for a recovery period after the store answers again: a request is
+// charged on the local budget first (which refills at its own rate) and
+// only then asked of the store; the store's denial refunds the local charge,
+// and a local denial denies without asking the store to check anything
+// (but, in a call of its own, to take the write-back waiting for the
+// budget, so that the other replicas are counted it, or, until the store
+// has answered for the budget once, a peek, to start the period). A
+// replica thus admits at most its local share while any replica may
+// not have written back yet. The period ends Options.FailOpenRecovery after
+// the store first answered for the budget, or once the local budget would
+// be whole again (what it admitted has refilled: for a window, the window
+// the outage was in has ended), whichever comes first.
+
+// recoveryEnd is when the recovery of m ends, for a recovery period of d:
+// d after the store answered again, or when the local budget would be whole
+// again if that is earlier (and while the store has not answered yet).
+func (m *budgetMemory) recoveryEnd(d time.Duration) time.Time {
+	if !m.storeBack.IsZero() {
+		if end := m.storeBack.Add(d); end.Before(m.localWhole) {
+			return end
+		}
+	}
+	return m.localWhole
+}
+
+// storeAnswered starts m's recovery period at now if the store answers for
+// the first time since the local budget did. The caller holds m's lock.
+func (m *budgetMemory) storeAnswered(now time.Time) {
+	if m.recovering && m.storeBack.IsZero() {
+		m.storeBack = now
+	}
+}
+
+// answeredLocally records that the local budget answered checks (scaled to
+// their shares) at at, with results: their budgets recover from now on.
+// Concurrency slots are leases the store releases by itself: they do not.
+func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, at, now time.Time) {
+	for i, c := range checks {
+		if c.limit.Concurrency {
+			continue
+		}
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, true, now)
+		if !m.recovering {
+			m.recovering = true
+			f.recovering.Add(1)
+		}
+		m.storeBack = time.Time{}
+		if whole := at.Add(results[i].ResetAfter); whole.After(m.localWhole) {
+			m.localWhole = whole
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// writtenBack records that the store took the write-back adjs at now.
+func (f *failOpen) writtenBack(adjs []tokenlimit.Adjustment, now time.Time) {
+	for _, a := range adjs {
+		k := budgetKey{key: a.Key, alg: a.Limit.Algorithm}
+		sh := f.shard(k)
+		sh.mu.Lock()
+		if m := f.entry(sh, k, false, now); m != nil {
+			m.storeAnswered(now)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// recoveringChecks returns those of checks whose budgets recover at now: a
+// request must be admitted on their local budgets as well as by the store.
+// unseen reports that the store has not answered for one of them since its
+// local budget did. A budget whose recovery has ended stops recovering.
+func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check, unseen bool) {
+	if f.recovering.Load() == 0 {
+		return nil, false
+	}
+	for _, c := range checks {
+		if !c.limit.FailOpen || c.limit.Shadow || c.limit.Concurrency || c.item.Cost == 0 {
+			continue
+		}
+		k := keyOf(c)
+		sh := f.shard(k)
+		sh.mu.Lock()
+		m := f.entry(sh, k, false, now)
+		in := m != nil && m.recovering && now.Before(m.recoveryEnd(f.recovery))
+		if m != nil && m.recovering && !in {
+			m.recovering = false
+			f.recovering.Add(-1)
+		}
+		if in {
+			out = append(out, c)
+			unseen = unseen || m.storeBack.IsZero()
+		}
+		sh.mu.Unlock()
+	}
+	return out, unseen
+}
+
+// hold is what a request charged the local budgets of its recovering
+// budgets before the store was asked: refunded unless the store admits it.
+type hold struct {
+	checks []check // scaled to their shares
+	at     time.Time
+}
+
+// holdLocal charges the local budgets of those of checks that recover,
+// before the store is asked. ok is false when a local budget denied: d is
+// then the decision (denied, with those limits' local answers), and the
+// store is only written back what waits for it. While the breaker refuses
+// calls it holds nothing: the store call fails at once and the request is
+// decided on the local budget as in any outage.
+func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Decision, ok bool) {
+	if !s.breaker.Ready() {
+		return hold{}, Decision{}, true
+	}
+	recovering, unseen := s.failOpen.recoveringChecks(checks, s.opts.Clock())
+	if len(recovering) == 0 {
+		return hold{}, Decision{}, true
+	}
+	h.checks = make([]check, len(recovering))
+	for i, c := range recovering {
+		c.item.Limit = share(c.item.Limit, c.limit.FailOpenShare)
+		h.checks[i] = c
+	}
+	ld, err := s.local.Check(context.Background(), items(h.checks)...)
+	if err != nil {
+		// A full local store has no key left for these budgets: theirs
+		// expired, so they are whole. The store decides alone.
+		if !errors.Is(err, tokenlimit.ErrStoreFull) {
+			s.log.Error("local fail-open budget failed during recovery", "error", err)
+		}
+		return hold{}, Decision{}, true
+	}
+	if ld.Allowed {
+		h.at = ld.At
+		return h, Decision{}, true
+	}
+	if unseen || s.failOpen.hasPending(recovering, s.opts.Clock()) {
+		s.peek(ctx, recovering)
+	}
+	return hold{}, Decision{At: ld.At, Limits: outcomes(h.checks, ld.Results, true)}, false
+}
+
+// release refunds what h charged the local budgets.
+func (s *Service) release(h hold) {
+	if len(h.checks) == 0 {
+		return
+	}
+	adjs := make([]tokenlimit.Adjustment, len(h.checks))
+	for i, c := range h.checks {
+		adjs[i] = tokenlimit.Adjustment{Key: c.item.Key, Limit: c.item.Limit, Delta: -c.item.Cost, ChargedAt: h.at}
+	}
+	if err := s.localStore.Adjust(context.Background(), s.opts.Clock(), adjs); err != nil {
+		s.log.Error("refunding a local fail-open budget failed", "error", err)
+	}
+}
+
+// peek asks the store about checks' budgets, charging nothing: the call
+// writes back what they admitted locally, and its answer starts their
+// recovery periods.
+func (s *Service) peek(ctx context.Context, checks []check) {
+	peeks := make([]check, len(checks))
+	for i, c := range checks {
+		c.item.Cost = 0
+		peeks[i] = c
+	}
+	_, _, _ = s.checkStore(ctx, peeks) // a failure is an outage's, handled there
+}
