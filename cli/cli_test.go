@@ -58,6 +58,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"serve", "--store-timeout", "0s", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--store-timeout: must be positive"},
 		{[]string{"serve", "--max-keys", "-5", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--max-keys: must be positive"},
 		{[]string{"serve", "--reload-every", "-1s", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--reload-every: must not be negative"},
+		{[]string{"serve", "--gc-heap-floor", "-1", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--gc-heap-floor: must not be negative"},
 		{[]string{"proxy", "--store-timeout", "-1s", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, "--store-timeout: must be positive"},
 		{[]string{"serve", "--envoy-config", "testdata", "--store-timeout", "-1s"}, "--store-timeout: must be positive"},
 	} {

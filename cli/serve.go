@@ -126,7 +126,7 @@ rejected and the running limits stay.`,
 				return err
 			}
 			if f.gcHeapFloor < 0 {
-				return fmt.Errorf("--gc-heap-floor must not be negative, got %d: %w", f.gcHeapFloor, errUsage)
+				return fmt.Errorf("--gc-heap-floor: must not be negative, got %d: %w", f.gcHeapFloor, errUsage)
 			}
 			if os.Getenv("GOGC") == "" {
 				defer gcfloor.Start(uint64(f.gcHeapFloor) << 20).Stop()
