@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,34 +20,6 @@ import (
 // grpcurlModule is the grpcurl build the tests use; scripts/test.sh
 // installs it.
 const grpcurlModule = "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
-
-// toolBinary finds a Go tool on PATH or in Go's bin directory. Missing,
-// the test is skipped loudly, or fails when CI is true.
-func toolBinary(t *testing.T, name, module string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		for i, d := range lines {
-			if i == 1 {
-				d = filepath.Join(d, "bin")
-			}
-			if p := filepath.Join(d, name); d != "" {
-				if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-					return p
-				}
-			}
-		}
-	}
-	msg := name + " not found: go install " + module + " (scripts/test.sh does)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip("SKIPPED, " + msg)
-	return ""
-}
 
 // startServe runs tokenlimit serve with args until the test ends and
 // returns its HTTP and gRPC addresses.
@@ -86,7 +56,7 @@ func startServe(t *testing.T, args ...string) (httpAddr, grpcAddr string) {
 // ShouldRateLimit and the health check, in both modes.
 func TestGrpcurlReflection(t *testing.T) {
 	t.Parallel()
-	grpcurl := toolBinary(t, "grpcurl", grpcurlModule)
+	grpcurl := testkit.GoTool(t, "grpcurl", grpcurlModule)
 	dir := t.TempDir()
 	writeEnvoyDir(t, dir, 1)
 	for _, mode := range []struct {

@@ -39,39 +39,13 @@ import (
 const envoyRatelimitModule = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
 
 // envoyBinary finds envoyproxy/ratelimit's service_cmd: $ENVOY_RATELIMIT,
-// on PATH, or in Go's bin directory. Missing, the test is skipped loudly,
-// or fails when CI is true.
+// or where go install puts it (testkit.GoTool).
 func envoyBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("ENVOY_RATELIMIT"); p != "" {
 		return p
 	}
-	if p, err := exec.LookPath("service_cmd"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		dirs := []string{lines[0]}
-		if len(lines) > 1 {
-			dirs = append(dirs, filepath.Join(lines[1], "bin"))
-		}
-		for _, d := range dirs {
-			if p := filepath.Join(d, "service_cmd"); d != "" && fileExists(p) {
-				return p
-			}
-		}
-	}
-	msg := "envoyproxy/ratelimit's service_cmd not found: go install " + envoyRatelimitModule + " (scripts/test.sh does)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip("SKIPPED, " + msg)
-	return ""
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
+	return testkit.GoTool(t, "service_cmd", envoyRatelimitModule)
 }
 
 // freePort returns a port nothing listens on right now.

@@ -12,6 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,4 +310,35 @@ func Eventually(tb testing.TB, within time.Duration, what string, cond func() bo
 		}
 		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
 	}
+}
+
+// GoTool finds the program name that go install module puts in Go's bin
+// directory (GOBIN, or GOPATH/bin), looking on PATH first. Missing, it
+// skips tb loudly, or fails it when CI is true: scripts/test.sh installs
+// every tool the tests use.
+func GoTool(tb testing.TB, name, module string) string {
+	tb.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		dirs := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(dirs) > 1 {
+			dirs[1] = filepath.Join(dirs[1], "bin")
+		}
+		for _, d := range dirs {
+			if d == "" {
+				continue
+			}
+			if st, err := os.Stat(filepath.Join(d, name)); err == nil && st.Mode().IsRegular() {
+				return filepath.Join(d, name)
+			}
+		}
+	}
+	msg := name + " not found: go install " + module + " (scripts/test.sh does)"
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg)
+	}
+	tb.Skip("SKIPPED, " + msg)
+	return ""
 }
