@@ -603,3 +603,63 @@ func TestSlidingLogRebuildsALostSum(t *testing.T) {
 	}
 	assertEveryKeyHasTTL(t, c, prefix)
 }
+
+// TestFunctionsReloadOnEveryClusterNode: on a replicated Redis Cluster,
+// through either adapter, the library is loaded on every master the keys
+// live on; after FUNCTION FLUSH on every node each check reloads it where
+// needed, and every check is decided, and charged, once.
+func TestFunctionsReloadOnEveryClusterNode(t *testing.T) {
+	cluster := redistest.StartReplicatedCluster(t, 3)
+	clients := map[string]func(t *testing.T) redisstore.Scripter{
+		"go-redis": func(t *testing.T) redisstore.Scripter {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+			t.Cleanup(func() { c.Close() })
+			return goredisclient.New(c)
+		},
+		"rueidis": func(t *testing.T) redisstore.Scripter { return rueidisclient.New(rueidisClient(t, cluster.Addrs()...)) },
+	}
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(10, 1, time.Hour)
+	for name, dial := range clients {
+		t.Run(name, func(t *testing.T) {
+			st := newStore(t, dial(t), redisstore.Options{Prefix: newPrefix(), Cluster: true})
+			lim, err := tokenlimit.NewLimiter(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := []string{"a", "b", "c", "d", "e", "f"} // over the 3 masters' slots
+			for i := range cluster.Addrs() {
+				if _, err := cluster.Node(i).Do("CONFIG", "RESETSTAT"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 3 {
+				if round > 0 {
+					for i := range cluster.Addrs() {
+						if _, err := cluster.Node(i).Do("FUNCTION", "FLUSH"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				for _, k := range keys {
+					r, err := lim.AllowN(ctx, k, l, 1)
+					if err != nil {
+						t.Fatalf("round %d, key %s: %v", round, k, err)
+					}
+					if want := int64(9 - round); r.Remaining != want {
+						t.Errorf("round %d, key %s: %d left, want %d (each check charged once)", round, k, r.Remaining, want)
+					}
+				}
+			}
+			fcalls, scripts := 0, 0
+			for i := range cluster.Addrs() {
+				calls := commandCalls(t, cluster.Node(i))
+				fcalls += calls["fcall"]
+				scripts += calls["evalsha"] + calls["eval"]
+			}
+			if fcalls < 3*len(keys) || scripts != 0 {
+				t.Errorf("%d FCALL and %d EVALSHA or EVAL calls for %d checks, want every check an FCALL", fcalls, scripts, 3*len(keys))
+			}
+		})
+	}
+}
