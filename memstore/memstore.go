@@ -217,6 +217,14 @@ func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, decided []pendi
 	defer sh.mu.Unlock()
 	s.sweepDue(sh, t)
 	p.e = s.lookup(p.h, it.Limit.Algorithm, it.Key)
+	if e, alg := p.e, it.Limit.Algorithm; e != nil && (alg == tokenlimit.TokenBucket || alg == tokenlimit.GCRA) { // decide and commit a known bucket in place
+		tat, out := p.li.b.Check(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, t, it.Cost)
+		if out.Allowed && it.Cost > 0 {
+			e.s[0], e.s[1], e.expires = tat.Tat, tat.Frac, t+out.ResetAfter
+		}
+		results[0] = p.li.result(out)
+		return nil
+	}
 	s.decide(p, it, it.Cost, t)
 	switch {
 	case !p.out.Allowed || it.Cost == 0:
