@@ -190,10 +190,9 @@ func (s *Service) charge(ctx context.Context, w writeback) error {
 
 // The store operations, for logs and metrics.
 const (
-	opCheck     = "check"
-	opReserve   = "reserve"
-	opSettle    = "settle"
-	opWriteBack = "writeback"
+	opCheck   = "check"
+	opReserve = "reserve"
+	opSettle  = "settle"
 )
 
 // call runs op against the store: for a remote store through the circuit

@@ -127,9 +127,10 @@ type hold struct {
 // holdLocal charges the local budgets of those of checks that recover,
 // before the store is asked. ok is false when a local budget denied: d is
 // then the decision (denied, with those limits' local answers), and the
-// store is only written back what waits for it. While the breaker refuses
-// calls it holds nothing: the store call fails at once and the request is
-// decided on the local budget as in any outage.
+// store is asked only for a peek, and only while it has not answered for
+// one of these budgets or a write-back waits for it. While the breaker
+// refuses calls it holds nothing: the store call fails at once and the
+// request is decided on the local budget as in any outage.
 func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Decision, ok bool) {
 	if !s.breaker.Ready() {
 		return hold{}, Decision{}, true
@@ -185,5 +186,7 @@ func (s *Service) peek(ctx context.Context, checks []check) {
 		c.item.Cost = 0
 		peeks[i] = c
 	}
-	_, _, _ = s.checkStore(ctx, peeks) // a failure is an outage's, handled there
+	// A failure counts towards the breaker, and the write-back waits for
+	// the next call; the request is denied either way.
+	_, _, _ = s.checkStore(ctx, peeks)
 }
