@@ -103,12 +103,14 @@ func (r *Relay) Conns() int {
 }
 
 // Reset breaks every open connection with a TCP reset on both sides, and
-// drops what was waiting in them. The relay goes on accepting.
+// drops what was waiting in them; Conns is 0 when it returns. The relay
+// goes on accepting.
 func (r *Relay) Reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for p := range r.conns {
 		p.close()
+		delete(r.conns, p)
 	}
 }
 
