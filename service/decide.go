@@ -300,6 +300,7 @@ func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest)
 	if d.Unavailable {
 		return d
 	}
+	storeReq := req
 	req.Items = items(open)
 	now := s.opts.Clock()
 	var res *tokenlimit.Reservation
@@ -311,7 +312,12 @@ func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest)
 		s.failOpen.answeredLocally(open, res.Decision().Results, res.Decision().At, now)
 	}
 	if err == nil && res.Status() == tokenlimit.Reserved { // a replay charges nothing more
-		s.failOpen.admitted(open, res.Decision().Results, res.Decision().At, now)
+		// The store learns of it by id (see reconciler): the reserve may
+		// have reached it and been charged there already. Only when too
+		// many wait is it written back as a plain fail-open charge.
+		if s.pending.addReserve(storeReq, now.Add(s.opts.ReservationTTL)) != nil {
+			s.failOpen.admitted(open, res.Decision().Results, res.Decision().At, now)
+		}
 	}
 	if errors.Is(err, tokenlimit.ErrStoreFull) {
 		return s.keySpaceFull(open, "local", err)

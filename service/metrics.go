@@ -163,7 +163,8 @@ func watchKeys(reg prometheus.Registerer, stores map[string]keyCounter) error {
 	return nil
 }
 
-// watchPending exports the settlements waiting for the store as
+// watchPending exports the fail-open reservations (and settlements of
+// them) waiting for the store as
 // tokenlimit_reconcile_pending, read when scraped.
 func watchPending(reg prometheus.Registerer, r *reconciler) error {
 	if reg == nil {
@@ -171,7 +172,7 @@ func watchPending(reg prometheus.Registerer, r *reconciler) error {
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokenlimit_reconcile_pending",
-		Help: "Settlements of local fail-open reservations waiting for the store to answer again.",
+		Help: "Local fail-open reservations whose reservation or settlement waits for the store to answer again.",
 	}, func() float64 { return float64(r.len()) }))
 }
 

@@ -10,70 +10,130 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 )
 
-// reconciler holds the settlements of reservations that were taken and
-// settled on the local fail-open budget while the store failed. Each is
-// sent to the store once it answers again: if the reserve reached the store
-// after all (its reply was late), the store's record is settled to the real
-// cost; if not, the settle leaves a tombstone there, so that a copy of the
-// reserve still in flight charges nothing. An entry is dropped when the
-// reservations' TTL has passed (the store's record, if any, has expired
-// with it). The entries live in this process only: if it stops first, a
-// late charge in the store stands as its estimate until its window passes.
+// reconciler holds what the store must still be told of the reservations
+// taken on the local fail-open budget while it failed, by id:
+//
+//   - the reservation itself: the store's request is sent again once the
+//     store answers. A copy that reached the store after all (its reply was
+//     late) is replayed and charges nothing; one that never did is charged
+//     then (or denied, if the store's budget has no room left: then the
+//     store does not count it). Either way the store holds one record of
+//     the id, so the reservation is charged there at most once, and never
+//     also written back as a plain fail-open charge;
+//   - its settlement, if it was settled locally meanwhile: sent after the
+//     reservation, it settles the store's record to the real cost (or, when
+//     the store denied the reservation, leaves a tombstone so that a copy
+//     still in flight charges nothing).
+//
+// An entry is dropped when the reservations' TTL has passed (the store's
+// record, if any, has expired with it). The entries live in this process
+// only: if it stops first, a late charge in the store stands as its
+// estimate until its window passes.
 type reconciler struct {
 	max int
 
 	mu   sync.Mutex
-	byID map[string]pendingSettle
+	byID map[string]*pendingEntry
 
 	running atomic.Bool // a drain is under way
 }
 
-type pendingSettle struct {
-	req   tokenlimit.SettleRequest
-	until time.Time
+// pendingEntry is what waits for one id. Entries are replaced, never
+// changed, so that a drain finishing one removes it only if nothing was
+// added meanwhile.
+type pendingEntry struct {
+	reserve *tokenlimit.ReserveRequest // the store's request; nil once the store has it
+	settle  *tokenlimit.SettleRequest  // nil while not settled locally
+	until   time.Time
 }
 
 func newReconciler(max int) *reconciler {
-	return &reconciler{max: max, byID: map[string]pendingSettle{}}
+	return &reconciler{max: max, byID: map[string]*pendingEntry{}}
 }
 
-// add queues id's settlement; past max entries it fails with
+// update replaces id's entry by edit's change of a copy of it (a zero one
+// if there is none); a new id past max entries fails with
 // ErrTooManyReservations.
-func (r *reconciler) add(req tokenlimit.SettleRequest, until time.Time) error {
+func (r *reconciler) update(id string, until time.Time, edit func(*pendingEntry)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.byID[req.ID]; !ok && len(r.byID) >= r.max {
+	old, ok := r.byID[id]
+	if !ok && len(r.byID) >= r.max {
 		return fmt.Errorf("%w: %d, the limit of Options.MaxReservations", ErrTooManyReservations, r.max)
 	}
-	r.byID[req.ID] = pendingSettle{req: req, until: until}
+	e := &pendingEntry{until: until}
+	if ok {
+		*e = *old
+	}
+	edit(e)
+	r.byID[id] = e
 	return nil
 }
 
-// len returns the number of settlements waiting.
+// addReserve queues the store's request of a reservation taken locally.
+func (r *reconciler) addReserve(req tokenlimit.ReserveRequest, until time.Time) error {
+	return r.update(req.ID, until, func(e *pendingEntry) { e.reserve = &req })
+}
+
+// addSettle queues id's local settlement.
+func (r *reconciler) addSettle(req tokenlimit.SettleRequest, until time.Time) error {
+	return r.update(req.ID, until, func(e *pendingEntry) { e.settle = &req })
+}
+
+// reserveOf returns the store's request of id's reservation while the
+// store has not answered it.
+func (r *reconciler) reserveOf(id string) (tokenlimit.ReserveRequest, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.byID[id]; e != nil && e.reserve != nil {
+		return *e.reserve, true
+	}
+	return tokenlimit.ReserveRequest{}, false
+}
+
+// reserved records that the store answered id's reservation; the entry
+// goes when no settlement waits.
+func (r *reconciler) reserved(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.byID[id]
+	switch {
+	case e == nil || e.reserve == nil:
+	case e.settle == nil:
+		delete(r.byID, id)
+	default:
+		r.byID[id] = &pendingEntry{settle: e.settle, until: e.until}
+	}
+}
+
+// len returns the number of ids waiting.
 func (r *reconciler) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.byID)
 }
 
-func (r *reconciler) snapshot() map[string]pendingSettle {
+func (r *reconciler) snapshot() map[string]*pendingEntry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]pendingSettle, len(r.byID))
-	for id, p := range r.byID {
-		out[id] = p
+	out := make(map[string]*pendingEntry, len(r.byID))
+	for id, e := range r.byID {
+		out[id] = e
 	}
 	return out
 }
 
-func (r *reconciler) done(id string) {
+// done removes id's entry if it is still e.
+func (r *reconciler) done(id string, e *pendingEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.byID, id)
+	if r.byID[id] == e {
+		delete(r.byID, id)
+	}
 }
 
 // storeAnswered is called after a store call succeeded: it starts sending
-// the waiting settlements, unless that is under way or there are none.
+// what waits, unless that is under way or nothing waits.
 func (s *Service) storeAnswered() {
 	if s.pending.len() == 0 || !s.pending.running.CompareAndSwap(false, true) {
 		return
@@ -81,22 +141,48 @@ func (s *Service) storeAnswered() {
 	go s.drain()
 }
 
-// drain sends the waiting settlements to the store, one call each, until
-// none is left or the store fails again (the next call that succeeds starts
-// it again).
+// drain sends what waits to the store, the reservation before its
+// settlement, one call each, until nothing is left or the store fails again
+// (the next call that succeeds starts it again).
 func (s *Service) drain() {
 	defer s.pending.running.Store(false)
-	for id, p := range s.pending.snapshot() {
-		if s.opts.Clock().After(p.until) {
-			s.pending.done(id)
-			s.log.Warn("dropping a settlement the store never answered in time", "id", id)
+	for id, e := range s.pending.snapshot() {
+		if s.opts.Clock().After(e.until) {
+			s.pending.done(id, e)
+			s.log.Warn("dropping a fail-open reservation the store never answered in time", "id", id)
 			continue
 		}
-		st, failed, err := s.settleRemote(context.Background(), p.req)
-		if failed || err != nil {
+		if e.reserve != nil && !s.reconcileReserve(context.Background(), *e.reserve) {
 			return
 		}
-		s.pending.done(id)
-		s.log.Info("fail-open settlement reconciled with the store", "id", id, "store", st.String())
+		if e.settle != nil {
+			st, failed, err := s.settleRemote(context.Background(), *e.settle)
+			if failed || err != nil {
+				return
+			}
+			s.log.Info("fail-open settlement reconciled with the store", "id", id, "store", st.String())
+		}
+		s.pending.done(id, e)
 	}
+}
+
+// reconcileReserve sends the store's request of a reservation taken
+// locally; it reports false if the store failed (the request stays queued).
+func (s *Service) reconcileReserve(ctx context.Context, req tokenlimit.ReserveRequest) bool {
+	var res *tokenlimit.Reservation
+	failed, err := s.call(ctx, opReserve, func(ctx context.Context) error {
+		var err error
+		res, err = s.limiter.ReserveWith(ctx, req)
+		return err
+	})
+	switch {
+	case failed || ctx.Err() != nil:
+		return false
+	case err != nil: // the store answered, and cannot take it (full)
+		s.log.Warn("reconciling a fail-open reservation with the store failed", "id", req.ID, "error", err)
+	default:
+		s.log.Info("fail-open reservation reconciled with the store", "id", req.ID, "store", res.Status().String())
+	}
+	s.pending.reserved(req.ID)
+	return true
 }

@@ -172,6 +172,12 @@ func (s *Service) settle(ctx context.Context, id string, actual int64, spend *in
 		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
 	req := tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend}
+	if r, ok := s.pending.reserveOf(id); ok && !s.reconcileReserve(ctx, r) {
+		// Taken locally and still unknown to the store, which fails: a
+		// settle there now would leave a tombstone the reservation could
+		// not be recorded over.
+		return s.settleLocalLater(req)
+	}
 	st, failed, err := s.settleRemote(ctx, req)
 	switch {
 	case err != nil:
@@ -222,7 +228,7 @@ func (s *Service) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.Set
 		}
 		return 0, fmt.Errorf("settle %q: %w", req.ID, ErrStoreUnavailable)
 	}
-	if err := s.pending.add(req, s.opts.Clock().Add(s.opts.ReservationTTL)); err != nil {
+	if err := s.pending.addSettle(req, s.opts.Clock().Add(s.opts.ReservationTTL)); err != nil {
 		return 0, err
 	}
 	return s.local.SettleWith(context.Background(), req)
