@@ -208,11 +208,7 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
 	keys := make([]string, 0, nk)
 	packed := appendArray(make([]byte, 0, 5+nv*5), nv)
 	for _, j := range jobs {
-		now := int64(serverTime)
-		if s.caller {
-			now = j.now.UnixMicro()
-		}
-		packed = appendInt(appendInt(packed, now), int64(len(j.items)))
+		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
 		for _, it := range j.items {
 			keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
 			packed = appendItem(packed, it.Limit, it.Cost)

