@@ -663,3 +663,33 @@ func TestFunctionsReloadOnEveryClusterNode(t *testing.T) {
 		})
 	}
 }
+
+// TestFunctionsDeniedFallBackToScripts: a user whose ACL denies FCALL and
+// FUNCTION gets the EVALSHA fallback, every check decided and charged once.
+func TestFunctionsDeniedFallBackToScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := srv.Do("ACL", "SETUSER", "nofn", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function"); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "nofn", Password: "pw"})
+	t.Cleanup(func() { c.Close() })
+	st := newStore(t, goredisclient.New(c), redisstore.Options{Prefix: newPrefix()})
+	lim, err := tokenlimit.NewLimiter(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := tokenlimit.TokenBucketLimit(10, 1, time.Hour)
+	for i := range 3 {
+		r, err := lim.AllowN(ctx, "k", l, 1)
+		if err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+		if want := int64(9 - i); r.Remaining != want {
+			t.Errorf("check %d: %d left, want %d", i, r.Remaining, want)
+		}
+	}
+	if calls := commandCalls(t, srv); calls["evalsha"] < 3 || calls["fcall"] != 0 || calls["function|load"] != 0 {
+		t.Errorf("want the 3 checks run by EVALSHA and no FCALL or FUNCTION LOAD run; commandstats %v", calls)
+	}
+}
