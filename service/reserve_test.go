@@ -258,6 +258,61 @@ limits:
 	}
 }
 
+// A fail-open reservation is recorded in the store by its id once the store
+// answers again (it is not written back as a plain fail-open charge), so
+// that settling it there is exact.
+func TestFailOpenReservationsAreReconciledByID(t *testing.T) {
+	t.Parallel()
+	const yml = `
+limits:
+  - name: tokens
+    key: [user]
+    algorithm: token_bucket
+    capacity: 1000
+    refill: 1/d
+    cost: request
+    fail_open_share: 0.5
+`
+	const cooldown = time.Second
+	e := newEnv(t, testkit.Redis, yml, t0, func(o *service.Options) {
+		o.BreakerThreshold, o.BreakerCooldown, o.StoreTimeout = 1, cooldown, 2*time.Second
+	})
+	ctx := context.Background()
+	u := D{"user": "u"}
+	e.redis.Stop()
+	d, err := e.svc.Reserve(ctx, "r1", service.Request{Descriptors: u, Cost: 100})
+	if err != nil || !d.Allowed || !mustOutcome(t, d, "tokens").FailOpen {
+		t.Fatalf("reserve with Redis down: %s, %v; want allowed on the local budget", describe(d), err)
+	}
+	// Redis comes back empty; the breaker lets a call through once its
+	// cooldown has passed (a call on a connection that died with the old
+	// server may fail, and reopen it for another cooldown).
+	e.redis.Restart()
+	testkit.Eventually(t, 20*time.Second, "a check decided by Redis", func() bool {
+		e.clock.Advance(cooldown)
+		return !mustOutcome(t, e.check(D{"user": "probe"}, 1), "tokens").FailOpen
+	})
+	// Each call that succeeds starts sending what waits, until one of those
+	// sends fails (a dead connection again) or nothing is left.
+	testkit.Eventually(t, 20*time.Second, "the reservation recorded in Redis", func() bool {
+		e.check(D{"user": "probe"}, 1)
+		return e.remaining(u, "tokens") == 900
+	})
+	if st, err := e.svc.Settle(ctx, "r1", 60); err != nil || st != tokenlimit.Settled {
+		t.Fatalf("settle: %s, %v", st, err)
+	}
+	if got := e.remaining(u, "tokens"); got != 940 {
+		t.Errorf("after settling at 60: %d left in Redis, want 940", got)
+	}
+	if st, err := e.svc.Settle(ctx, "r1", 60); err != nil || st != tokenlimit.AlreadySettled {
+		t.Errorf("retried settle: %s, %v; want already settled", st, err)
+	}
+	// Nothing of the local admission is written back on top.
+	if o := mustOutcome(t, e.check(u, 1), "tokens"); o.FailOpen || o.Remaining != 939 {
+		t.Errorf("a check of 1 after settling: %+v; want decided by Redis, 939 left", o)
+	}
+}
+
 // A reserve that selects no limit is admitted, as a check would be, and
 // records nothing: settling it finds no reservation.
 func TestReserveOfNoLimitRecordsNothing(t *testing.T) {
