@@ -242,6 +242,51 @@ func (c *Cluster) WaitFailover(i int) error {
 	}
 }
 
+// CatchUpReplica pauses writes on master i (CLIENT PAUSE WRITE, for at most
+// pause) and waits until its replica has received everything the master
+// wrote, as Redis's own FAILOVER does before handing over: a test that kills
+// the master right after loses no write it acknowledged to replication lag,
+// so what it measures is the clients' behaviour, not the lag. Clients'
+// writes wait meanwhile and fail when the master dies. It returns an error
+// if the replica does not catch up within the pause.
+func (c *Cluster) CatchUpReplica(i int, pause time.Duration) error {
+	m, r := c.nodes[i], c.replicas[i]
+	if _, err := m.Do("CLIENT", "PAUSE", strconv.FormatInt(pause.Milliseconds(), 10), "WRITE"); err != nil {
+		return fmt.Errorf("CLIENT PAUSE on master %d: %w", i, err)
+	}
+	deadline := time.Now().Add(pause)
+	for {
+		want, err := replOffset(m)
+		if err != nil {
+			return fmt.Errorf("master %d: %w", i, err)
+		}
+		got, err := replOffset(r)
+		if err == nil && got >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %s of master %d at replication offset %d, master at %d, after %v (%v)", r.Addr(), i, got, want, pause, err)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// replOffset is a server's master_repl_offset (INFO replication): for a
+// master what it has written to its replication stream, for a replica what
+// it has received of its master's.
+func replOffset(s *Server) (int64, error) {
+	info, err := s.Do("INFO", "replication")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("INFO replication has no master_repl_offset: %q", info)
+}
+
 // Stop stops every node now. Stopping a stopped cluster does nothing.
 func (c *Cluster) Stop() {
 	for _, n := range c.all() {

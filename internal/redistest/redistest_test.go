@@ -219,18 +219,12 @@ func TestReplicatedClusterFailsOver(t *testing.T) {
 	if _, err := c.Node(i).Do("SET", "a", "1"); err != nil {
 		t.Fatal(err)
 	}
-	// The write reaches the replica (Do uses a connection per command, so
-	// WAIT would not wait for this write).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := c.Replica(i).Do("DBSIZE")
-		if err == nil && n == "1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica's DBSIZE = %q, %v; want the write replicated", n, err)
-		}
-		time.Sleep(pollInterval)
+	// CatchUpReplica returns once the replica holds every write: no poll.
+	if err := c.CatchUpReplica(i, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Replica(i).Do("DBSIZE"); err != nil || n != "1" {
+		t.Fatalf("replica's DBSIZE after CatchUpReplica = %q, %v; want the write replicated", n, err)
 	}
 	c.Node(i).Kill()
 	if _, err := c.Node(i).Do("PING"); err == nil {
