@@ -30,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"net"
 	"net/http"
@@ -315,13 +316,13 @@ func measure(s *service, redis *redisserver.Server, call func(context.Context, i
 		return tally{}, err
 	}
 	fb0, m0 := scrape(s)
-	svc0, _ := cpuTime(s.pid)
-	red0, _ := cpuTime(redis.Pid())
-	gen0, _ := cpuTime(os.Getpid())
+	svc0, _ := runstat.CPUTime(s.pid)
+	red0, _ := runstat.CPUTime(redis.Pid())
+	gen0, _ := runstat.CPUTime(os.Getpid())
 	t := load(context.Background(), call, o.callers, users, o.slice)
-	svc1, _ := cpuTime(s.pid)
-	red1, _ := cpuTime(redis.Pid())
-	gen1, _ := cpuTime(os.Getpid())
+	svc1, _ := runstat.CPUTime(s.pid)
+	red1, _ := runstat.CPUTime(redis.Pid())
+	gen1, _ := runstat.CPUTime(os.Getpid())
 	t.loadCPU = gen1 - gen0
 	calls1, scripts1, err := redisCalls(redis)
 	if err != nil {
@@ -580,32 +581,6 @@ func grpcCaller(addr string, users, conns int) (func(context.Context, int) (bool
 	}, nil
 }
 
-// cpuTime is the CPU time (user + system) of process pid, from /proc.
-func cpuTime(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, true
-}
-
-func median(xs []float64) float64 {
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
-}
-
 func quantile(lat []time.Duration, q float64) time.Duration {
 	if len(lat) == 0 {
 		return 0
@@ -642,7 +617,7 @@ func medians(runs []tally) row {
 		}
 		r[11] = append(r[11], float64(t.loadCPU)/d)
 	}
-	return row{median(r[0]), median(r[1]), median(r[2]), median(r[3]), median(r[4]), median(r[5]), median(r[9]), median(r[6]), median(r[7]), median(r[8]), median(r[10]), median(r[11])}
+	return row{runstat.Median(r[0]), runstat.Median(r[1]), runstat.Median(r[2]), runstat.Median(r[3]), runstat.Median(r[4]), runstat.Median(r[5]), runstat.Median(r[9]), runstat.Median(r[6]), runstat.Median(r[7]), runstat.Median(r[8]), runstat.Median(r[10]), runstat.Median(r[11])}
 }
 
 func report(sc scenario, svcs []*service, runs [][]tally) {

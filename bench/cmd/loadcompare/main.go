@@ -284,15 +284,3 @@ func loadAverage() string {
 func pick(vs []variant, text string) []variant {
 	return slices.DeleteFunc(vs, func(v variant) bool { return !strings.Contains(v.name, text) })
 }
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"runtime/debug"
 	"strings"
@@ -67,7 +68,7 @@ func (w *report) load(cfg config, variants []variant, cells [][][]cell) {
 					minAllowed = min(minAllowed, float64(c.allowed)/float64(c.decisions))
 				}
 			}
-			med[v][ci], p99[v][ci], p50[v][ci] = median(rates), median(tails), median(mids)
+			med[v][ci], p99[v][ci], p50[v][ci] = runstat.Median(rates), runstat.Median(tails), runstat.Median(mids)
 		}
 	}
 	cols := func() {
@@ -176,7 +177,7 @@ func (w *report) scripts(cfg config, variants []variant, costs [][]scriptCost, s
 		for _, c := range costs[v] {
 			us = append(us, c.usecPerDecision)
 		}
-		med[v] = median(us)
+		med[v] = runstat.Median(us)
 		switch variants[v].name {
 		case sSeed:
 			seed = v
@@ -200,9 +201,9 @@ func (w *report) scripts(cfg config, variants []variant, costs [][]scriptCost, s
 		if seed >= 0 && med[seed] > 0 {
 			ratio = fmt.Sprintf("%.2fx", med[v]/med[seed])
 		}
-		w.printf("| %s | %.2f [%.2f–%.2f] | %s | %.2f | %.2f | %d |\n", variants[v].name, med[v], lo, hi, ratio, median(perCall), median(per), evals)
+		w.printf("| %s | %.2f [%.2f–%.2f] | %s | %.2f | %.2f | %d |\n", variants[v].name, med[v], lo, hi, ratio, runstat.Median(perCall), runstat.Median(per), evals)
 	}
-	w.printf("| plain SET (reference) | %.2f | | | | |\n\n", median(sets))
+	w.printf("| plain SET (reference) | %.2f | | | | |\n\n", runstat.Median(sets))
 	if seed >= 0 && tb >= 0 && gcra >= 0 && med[seed] > 0 {
 		rt, rg := med[tb]/med[seed], med[gcra]/med[seed]
 		w.printf("Target: ours ≤ 0.6x the seed script per decision. Token bucket: %.2fx, %s; GCRA: %.2fx, %s.\n\n",
@@ -261,7 +262,7 @@ func (w *report) anatomy(cfg config, rows []anatomyRow, costs [][]float64) {
 		for _, c := range costs[i] {
 			lo, hi = min(lo, c), max(hi, c)
 		}
-		w.printf("| %s | %.2f [%.2f–%.2f] |\n", row.name, median(costs[i]), lo, hi)
+		w.printf("| %s | %.2f [%.2f–%.2f] |\n", row.name, runstat.Median(costs[i]), lo, hi)
 	}
 	w.printf("\n")
 }

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"net/http"
 	"os"
@@ -223,7 +224,7 @@ func (b *build) load(client *http.Client, srv *redisserver.Server, users, caller
 		start = time.Now()
 		end   = start.Add(d)
 	)
-	serve0, _ := cpuTime(b.cmd.Process.Pid)
+	serve0, _ := runstat.CPUTime(b.cmd.Process.Pid)
 	redis0 := redisCPU(srv)
 	for c := range callers {
 		wg.Go(func() {
@@ -262,7 +263,7 @@ func (b *build) load(client *http.Client, srv *redisserver.Server, users, caller
 	if s.pairs == 0 {
 		return s
 	}
-	serve1, _ := cpuTime(b.cmd.Process.Pid)
+	serve1, _ := runstat.CPUTime(b.cmd.Process.Pid)
 	s.serveCPU = (serve1 - serve0) / time.Duration(s.pairs)
 	s.redisCPU = (redisCPU(srv) - redis0) / time.Duration(s.pairs)
 	slices.Sort(lat)
@@ -308,32 +309,6 @@ func redisCPU(srv *redisserver.Server) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// cpuTime returns the CPU time (user + system) process pid has used, from
-// /proc/PID/stat (fields 14 and 15, in USER_HZ = 10 ms ticks).
-func cpuTime(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, true
-}
-
-func median[T int | float64 | time.Duration](xs []T) T {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func report(w io.Writer, o options, builds []*build, loadBefore, loadAfter string) {
 	fmt.Fprintf(w, "reserve+settle pairs over HTTP on Redis, %d rounds of %s per build and caller count, builds alternating\n\n", o.runs, o.duration)
 	fmt.Fprintf(w, "load average before: %s; after: %s\n\n", loadBefore, loadAfter)
@@ -353,9 +328,9 @@ func report(w io.Writer, o options, builds []*build, loadBefore, loadAfter strin
 				errs += s.errors
 				each = append(each, fmt.Sprintf("%.0f", s.rate()))
 			}
-			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %s | %s | %s | %d | %s |\n", c, b.name, median(rates),
-				median(p50).Round(time.Microsecond), median(p99).Round(time.Microsecond),
-				median(scpu).Round(time.Microsecond), median(rcpu).Round(time.Microsecond), errs, strings.Join(each, ", "))
+			fmt.Fprintf(w, "| %d | %s | %.0f | %s | %s | %s | %s | %d | %s |\n", c, b.name, runstat.Median(rates),
+				runstat.Median(p50).Round(time.Microsecond), runstat.Median(p99).Round(time.Microsecond),
+				runstat.Median(scpu).Round(time.Microsecond), runstat.Median(rcpu).Round(time.Microsecond), errs, strings.Join(each, ", "))
 		}
 	}
 }
