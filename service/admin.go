@@ -8,25 +8,36 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 )
 
-// LimitInfo describes one effective limit, for listings.
+// LimitInfo describes one effective limit, for listings. The transports
+// give it their own wire format.
 type LimitInfo struct {
-	Name      string               `json:"name"`
-	Match     map[string]string    `json:"match,omitempty"`
-	Key       []string             `json:"key"`
-	Algorithm tokenlimit.Algorithm `json:"algorithm"`
+	Name string
+	// Match is what the limit matches: descriptor name to pattern; empty
+	// (never nil) for a limit that matches every request.
+	Match map[string]string
+	// Key lists the descriptors whose values make the key.
+	Key       []string
+	Algorithm tokenlimit.Algorithm
 	// Concurrency marks a limit on requests in flight: a sliding log whose
 	// window is the lease.
-	Concurrency bool            `json:"concurrency,omitempty"`
-	Quota       int64           `json:"quota"`
-	PeriodMs    int64           `json:"period_ms"`
-	Burst       int64           `json:"burst,omitempty"`
-	Cost        string          `json:"cost"`
-	Shadow      bool            `json:"shadow,omitempty"`
-	FailOpen    bool            `json:"fail_open"`
-	Calendar    config.Calendar `json:"calendar,omitempty"`
+	Concurrency bool
+	// Quota and Burst (0: none beyond the quota) are in the limit's units:
+	// requests, tokens, or micro-dollars when Unit is "usd".
+	Quota int64
+	// PeriodMs is the limit's period in milliseconds.
+	PeriodMs int64
+	Burst    int64
+	// Cost says what a request costs: "request" (1), a constant such as
+	// "5", "by <descriptor> <weights> default <n>", or "spend".
+	Cost     string
+	Shadow   bool
+	FailOpen bool
+	// Calendar aligns the windows to calendar days or months;
+	// config.NoCalendar for windows of the period.
+	Calendar config.Calendar
 	// Unit is "usd" for a spend budget, whose quota and burst are in
 	// micro-dollars; empty otherwise.
-	Unit string `json:"unit,omitempty"`
+	Unit string
 }
 
 // Limits lists the limits in force, in configuration order.

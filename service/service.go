@@ -240,30 +240,34 @@ func (s *Service) Stats() *Stats { return &s.metrics.stats }
 // more per reload.
 func (s *Service) ConfigVersion() int64 { return s.rules.Load().version }
 
-// Health describes the store for health endpoints.
+// Health describes the store for health endpoints. The transports give it
+// their own wire format.
 type Health struct {
-	Store   string `json:"store"`
-	Breaker string `json:"breaker"`
+	// Store names the store, such as "memory" or "redis".
+	Store string
+	// Breaker is the store's circuit breaker: "closed", "half-open" or
+	// "open".
+	Breaker string
 	// Degraded is true while the store is failing (breaker not closed), and
 	// while a remote store has not answered once since the service started.
-	Degraded bool `json:"degraded"`
+	Degraded bool
 	// Keys and MaxKeys are the live keys of a store that counts them (the
 	// embedded store; expired keys not yet swept included) and its bound;
 	// both 0 for Redis.
-	Keys    int `json:"keys"`
-	MaxKeys int `json:"max_keys"`
+	Keys    int
+	MaxKeys int
 	// LocalKeys and LocalMaxKeys are the same for the local fail-open
 	// budgets (no keys while the store is healthy).
-	LocalKeys    int `json:"local_keys"`
-	LocalMaxKeys int `json:"local_max_keys"`
+	LocalKeys    int
+	LocalMaxKeys int
 	// KeySpaceFull is true while the store, or the local fail-open budget,
 	// holds as many keys as it may: requests that need a new key are
 	// denied (Decision.KeySpaceFull); keys already stored keep working.
-	KeySpaceFull bool `json:"key_space_full"`
+	KeySpaceFull bool
 	// Error is the last store error while Degraded, such as "redis
 	// 127.0.0.1:6379: not connected yet: ... connection refused"; empty
 	// otherwise.
-	Error string `json:"error,omitempty"`
+	Error string
 }
 
 // Health returns the store's health. While the breaker is not closed and its

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 	"github.com/tokenlimit/tokenlimit/web"
@@ -76,7 +77,7 @@ func TestPageAndAssets(t *testing.T) {
 // overviewAnswer is the part of /ui/api/overview the tests read.
 type overviewAnswer struct {
 	NowMs  int64 `json:"now_ms"`
-	Health service.Health
+	Health httpx.Health
 	Config struct {
 		Version       int64
 		ReloadsOK     int64 `json:"reloads_ok"`
@@ -254,7 +255,7 @@ func TestLimits(t *testing.T) {
 	e := newEnv(t, nil, web.Options{}, false)
 	var b struct {
 		ConfigVersion int64 `json:"config_version"`
-		Limits        []service.LimitInfo
+		Limits        []httpx.Limit
 	}
 	e.do(http.MethodGet, "/ui/api/limits", "").json(t, http.StatusOK, &b)
 	if b.ConfigVersion != 1 || len(b.Limits) != 3 || b.Limits[0].Name != "hard-cap" || b.Limits[1].Burst != 10 ||

@@ -14,9 +14,9 @@ import (
 // overviewBody is the answer of /ui/api/overview and the data of each event
 // of /ui/api/overview/stream.
 type overviewBody struct {
-	NowMs  int64          `json:"now_ms"`
-	Health service.Health `json:"health"`
-	Config configBody     `json:"config"`
+	NowMs  int64        `json:"now_ms"`
+	Health httpx.Health `json:"health"`
+	Config configBody   `json:"config"`
 	// Live is false when the dashboard has no decision counts
 	// (Options.Stats is nil); the series are then empty.
 	Live bool `json:"live"`
@@ -74,7 +74,7 @@ func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
 func (d *dashboard) snapshot(seconds int) overviewBody {
 	now := d.opts.Clock()
 	b := overviewBody{
-		NowMs: now.UnixMilli(), Health: d.svc.Health(), Config: configBody{Version: d.svc.ConfigVersion()},
+		NowMs: now.UnixMilli(), Health: httpx.HealthOf(d.svc.Health()), Config: configBody{Version: d.svc.ConfigVersion()},
 		Live: d.opts.Stats != nil, From: now.Unix() - int64(seconds) + 1, Seconds: seconds,
 		Limits: []seriesBody{}, Checks: []int64{}, LatencyUs: []int64{},
 	}
@@ -191,10 +191,10 @@ func (d *dashboard) sendEvent(w http.ResponseWriter, rc *http.ResponseController
 // limits serves GET /ui/api/limits: the limits in force and their version.
 func (d *dashboard) limits(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, struct {
-		ConfigVersion int64               `json:"config_version"`
-		Limits        []service.LimitInfo `json:"limits"`
+		ConfigVersion int64         `json:"config_version"`
+		Limits        []httpx.Limit `json:"limits"`
 		// InspectorOff says why the key inspector cannot answer this client
 		// (so the page says so before anyone types a token); "" when it can.
 		InspectorOff string `json:"inspector_off,omitempty"`
-	}{d.svc.ConfigVersion(), d.svc.Limits(), d.admin.Off("the key inspector's endpoints", r)})
+	}{d.svc.ConfigVersion(), httpx.LimitsOf(d.svc.Limits()), d.admin.Off("the key inspector's endpoints", r)})
 }

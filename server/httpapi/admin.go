@@ -35,9 +35,9 @@ func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
 // limits serves GET /v1/limits: the limits in force and their version.
 func (a *api) limits(w http.ResponseWriter, _ *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, struct {
-		ConfigVersion int64               `json:"config_version"`
-		Limits        []service.LimitInfo `json:"limits"`
-	}{a.svc.ConfigVersion(), a.svc.Limits()})
+		ConfigVersion int64         `json:"config_version"`
+		Limits        []httpx.Limit `json:"limits"`
+	}{a.svc.ConfigVersion(), httpx.LimitsOf(a.svc.Limits())})
 }
 
 // healthz serves GET /healthz: 200 whenever the process answers.
@@ -61,6 +61,6 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	httpx.WriteJSON(w, code, struct {
 		Status string `json:"status"`
-		service.Health
-	}{st, h})
+		httpx.Health
+	}{st, httpx.HealthOf(h)})
 }

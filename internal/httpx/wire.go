@@ -1,0 +1,62 @@
+package httpx
+
+import (
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// Limit is the JSON shape of one limit in force (service.LimitInfo), in
+// the listings of the API (/v1/limits) and of the dashboard
+// (/ui/api/limits). PeriodMs is in milliseconds; Quota and Burst are in the
+// limit's units (micro-dollars when Unit is "usd").
+type Limit struct {
+	Name        string               `json:"name"`
+	Match       map[string]string    `json:"match,omitempty"`
+	Key         []string             `json:"key"`
+	Algorithm   tokenlimit.Algorithm `json:"algorithm"`
+	Concurrency bool                 `json:"concurrency,omitempty"`
+	Quota       int64                `json:"quota"`
+	PeriodMs    int64                `json:"period_ms"`
+	Burst       int64                `json:"burst,omitempty"`
+	Cost        string               `json:"cost"`
+	Shadow      bool                 `json:"shadow,omitempty"`
+	FailOpen    bool                 `json:"fail_open"`
+	Calendar    config.Calendar      `json:"calendar,omitempty"`
+	Unit        string               `json:"unit,omitempty"`
+}
+
+// LimitsOf is the JSON shape of the listing ls, in the same order.
+func LimitsOf(ls []service.LimitInfo) []Limit {
+	out := make([]Limit, len(ls))
+	for i, l := range ls {
+		out[i] = Limit{
+			Name: l.Name, Match: l.Match, Key: l.Key, Algorithm: l.Algorithm, Concurrency: l.Concurrency,
+			Quota: l.Quota, PeriodMs: l.PeriodMs, Burst: l.Burst, Cost: l.Cost, Shadow: l.Shadow,
+			FailOpen: l.FailOpen, Calendar: l.Calendar, Unit: l.Unit,
+		}
+	}
+	return out
+}
+
+// Health is the JSON shape of the store's health (service.Health), in the
+// API's /readyz and the dashboard's overview.
+type Health struct {
+	Store        string `json:"store"`
+	Breaker      string `json:"breaker"`
+	Degraded     bool   `json:"degraded"`
+	Keys         int    `json:"keys"`
+	MaxKeys      int    `json:"max_keys"`
+	LocalKeys    int    `json:"local_keys"`
+	LocalMaxKeys int    `json:"local_max_keys"`
+	KeySpaceFull bool   `json:"key_space_full"`
+	Error        string `json:"error,omitempty"`
+}
+
+// HealthOf is the JSON shape of h.
+func HealthOf(h service.Health) Health {
+	return Health{
+		Store: h.Store, Breaker: h.Breaker, Degraded: h.Degraded, Keys: h.Keys, MaxKeys: h.MaxKeys,
+		LocalKeys: h.LocalKeys, LocalMaxKeys: h.LocalMaxKeys, KeySpaceFull: h.KeySpaceFull, Error: h.Error,
+	}
+}
