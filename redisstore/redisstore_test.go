@@ -322,8 +322,11 @@ func TestMultiLimitCheckIsOneCall(t *testing.T) {
 				{Key: "{u}", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 1},
 				{Key: "{u}", Limit: tokenlimit.SlidingLogLimit(100, time.Minute), Cost: 1},
 				{Key: "{u}", Limit: tokenlimit.SlidingCounterLimit(100, time.Minute), Cost: 1},
-				{Key: "{u}", Limit: tokenlimit.TokenBucketLimit(100, 10, time.Second), Cost: 1},
-				{Key: "{u}:plan", Limit: tokenlimit.GCRALimit(99, 10, time.Second), Cost: 1},
+				// Buckets refilling once an hour: Redis decides at its own
+				// clock, and on a loaded machine a faster refill would put
+				// a token back between the two checks.
+				{Key: "{u}", Limit: tokenlimit.TokenBucketLimit(100, 1, time.Hour), Cost: 1},
+				{Key: "{u}:plan", Limit: tokenlimit.GCRALimit(99, 1, time.Hour), Cost: 1},
 			}
 			results := make([]tokenlimit.Result, len(items))
 			if _, err := st.Check(ctx, time.Now(), items, results); err != nil { // loads the code
