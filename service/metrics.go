@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
 // metrics are the service's Prometheus metrics. Labels name limits and
@@ -24,7 +25,7 @@ type metrics struct {
 	// may have been sent: each may or may not have charged.
 	outcomeUnknown prometheus.Counter
 	reloads        *prometheus.CounterVec
-	stats          Stats // live per-second counts for the dashboard (stats.go)
+	stats          stats.Stats // live per-second counts for the dashboard
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -35,7 +36,7 @@ type metrics struct {
 // that only results that happened are exported.
 type limitCounters struct {
 	name      string
-	results   [nResults]atomic.Pointer[prometheus.Counter]
+	results   [len(stats.Results)]atomic.Pointer[prometheus.Counter]
 	nearLimit atomic.Pointer[prometheus.Counter]
 }
 
@@ -176,19 +177,45 @@ func watchPending(reg prometheus.Registerer, r *reconciler) error {
 	}, func() float64 { return float64(r.len()) }))
 }
 
-// observe counts a decision per limit.
+// observe counts a decision per limit, in the metrics and in the
+// dashboard's stats.
 func (m *metrics) observe(d Decision, took time.Duration) {
-	m.stats.Record(d, took)
 	if took > 0 {
+		m.stats.Time(d.At, took)
 		m.latency.Observe(took.Seconds())
 	}
 	for i := range d.Limits {
 		o := &d.Limits[i]
+		r := result(d, o)
+		m.stats.Count(d.At, o.Name, r)
 		c := m.countersFor(o.Name)
-		r := resultIndex(d, o)
-		child(&c.results[r], m.decisions, c.name, StatsResults[r]).Inc()
+		child(&c.results[r], m.decisions, c.name, r.String()).Inc()
 		if o.Allowed && float64(o.Remaining) < nearLimitShare*float64(o.Limit) {
 			child(&c.nearLimit, m.nearLimit, c.name).Inc()
 		}
 	}
+}
+
+// result is o's result in d: the result label of tokenlimit_decisions_total
+// and the stats count, alike.
+func result(d Decision, o *Outcome) stats.Result {
+	switch {
+	case d.KeySpaceFull:
+		return stats.KeySpaceFull
+	case d.Unavailable && !o.FailOpen:
+		return stats.FailClosed
+	case o.Shadow:
+		return pick(o.Allowed, stats.ShadowAllowed, stats.ShadowDenied)
+	case o.FailOpen:
+		return pick(o.Allowed, stats.FailOpenAllowed, stats.FailOpenDenied)
+	}
+	return pick(o.Allowed, stats.Allowed, stats.Denied)
+}
+
+// pick is allowed if ok, else denied.
+func pick(ok bool, allowed, denied stats.Result) stats.Result {
+	if ok {
+		return allowed
+	}
+	return denied
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
 // Options configures a Service. Store is required; zero values of the rest
@@ -234,7 +235,7 @@ func (s *Service) ReloadFailed(source string, err error) {
 }
 
 // Stats returns the live per-second counts of decisions, for the dashboard.
-func (s *Service) Stats() *Stats { return &s.metrics.stats }
+func (s *Service) Stats() *stats.Stats { return &s.metrics.stats }
 
 // ConfigVersion returns the version of the limits in force: 1 at start, one
 // more per reload.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
-	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
@@ -134,7 +134,7 @@ func TestOverview(t *testing.T) {
 	var names []string
 	for _, l := range o.Limits {
 		names = append(names, l.Name)
-		if len(l.Counts["allowed"]) != 10 || len(l.Counts) != len(service.StatsResults) {
+		if len(l.Counts["allowed"]) != 10 || len(l.Counts) != len(stats.Results) {
 			t.Errorf("%s: %d results of %d seconds", l.Name, len(l.Counts), len(l.Counts["allowed"]))
 		}
 	}
@@ -217,7 +217,7 @@ func TestOverviewStream(t *testing.T) {
 		t.Fatalf("Content-Type %q", ct)
 	}
 	r := bufio.NewReader(res.Body)
-	if first := readEvent(t, r); first.Seconds != service.StatsSeconds || !first.Live {
+	if first := readEvent(t, r); first.Seconds != stats.Seconds || !first.Live {
 		t.Errorf("first event: %d seconds, live %v", first.Seconds, first.Live)
 	}
 	e.check(map[string]string{"user": "carol", "route": "/v1/chat"})

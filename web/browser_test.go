@@ -2,7 +2,6 @@ package web_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -20,9 +19,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
-	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
@@ -343,28 +341,16 @@ func TestBrowser(t *testing.T) {
 
 	// Traffic sent to the service shows in the overview's counters. The page
 	// is served as tokenlimit serve serves it, under the HTTP API; the
-	// traffic goes to /v1/check once the service feeds its own counts, and
-	// straight to service.Check until then.
+	// traffic goes to /v1/check.
 	t.Run("overview", func(t *testing.T) {
 		api := httptest.NewServer(mounted(t, e))
 		t.Cleanup(api.Close)
 		send := func(desc string) {
-			var d map[string]string
-			if err := json.Unmarshal([]byte(desc), &d); err != nil {
-				t.Fatal(err)
-			}
-			if !e.fed {
-				e.check(d)
-				return
-			}
 			res, err := http.Post(api.URL+"/v1/check", "application/json", strings.NewReader(`{"descriptors": `+desc+`}`))
 			if err != nil {
 				t.Fatal(err)
 			}
 			res.Body.Close()
-		}
-		if !e.fed {
-			t.Log("traffic goes to service.Check: " + notFed)
 		}
 		tb := openTab(t, browser, api, "overview", shots)
 		cell := func(limit, col string) string {
@@ -552,24 +538,33 @@ limits:
 // now: a daily-looking wave of allowed requests on llm-budget with a burst
 // of denials, a store outage answered fail-open, hard-cap denials and
 // shadow denials, and a configuration reload.
-func history(now time.Time) *service.Stats {
-	st := &service.Stats{}
-	outcome := func(name string, allowed, shadow, failOpen bool) service.Outcome {
-		return service.Outcome{Name: name, Shadow: shadow, FailOpen: failOpen, Result: tokenlimit.Result{Allowed: allowed}}
+func history(now time.Time) *stats.Stats {
+	st := &stats.Stats{}
+	pick := func(allowed bool, yes, no stats.Result) stats.Result {
+		if allowed {
+			return yes
+		}
+		return no
 	}
-	for s := range service.StatsSeconds {
-		at := now.Add(time.Duration(s-service.StatsSeconds+1) * time.Second)
+	for s := range stats.Seconds {
+		at := now.Add(time.Duration(s-stats.Seconds+1) * time.Second)
 		wave := 30 + int(20*math.Sin(float64(s)/25))
 		outage := s >= 240 && s < 255
 		for i := range wave {
-			d := service.Decision{At: at, Limits: []service.Outcome{outcome("llm-budget", !(s >= 150 && s < 180 && i%3 == 0), false, outage)}}
-			if i%4 == 0 {
-				d.Limits = append(d.Limits, outcome("watch", i%8 != 0, true, false))
+			allowed := !(s >= 150 && s < 180 && i%3 == 0)
+			if outage {
+				st.Count(at, "llm-budget", pick(allowed, stats.FailOpenAllowed, stats.FailOpenDenied))
+			} else {
+				st.Count(at, "llm-budget", pick(allowed, stats.Allowed, stats.Denied))
 			}
-			st.Record(d, time.Duration(40+i)*time.Microsecond)
+			if i%4 == 0 {
+				st.Count(at, "watch", pick(i%8 != 0, stats.ShadowAllowed, stats.ShadowDenied))
+			}
+			st.Time(at, time.Duration(40+i)*time.Microsecond)
 		}
 		for i := range 7 + int(3*math.Sin(float64(s)/9)) {
-			st.Record(service.Decision{At: at, Limits: []service.Outcome{outcome("hard-cap", !(s >= 60 && s < 90 && i > 4), false, false)}}, 50*time.Microsecond)
+			st.Count(at, "hard-cap", pick(!(s >= 60 && s < 90 && i > 4), stats.Allowed, stats.Denied))
+			st.Time(at, 50*time.Microsecond)
 		}
 	}
 	st.RecordReload(now.Add(-2*time.Minute), 2, nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 	"github.com/tokenlimit/tokenlimit/web"
 )
 
@@ -44,20 +45,9 @@ limits:
 type env struct {
 	t     testing.TB
 	svc   *service.Service
-	stats *service.Stats
-	fed   bool // the service's decision path feeds stats itself
+	stats *stats.Stats
 	h     http.Handler
 	now   func() time.Time
-}
-
-// serviceStats returns the decision counts the service keeps itself once
-// its decision path feeds them (a method Stats() *service.Stats), or nil
-// until then: the tests then count the decisions they make themselves.
-func serviceStats(svc *service.Service) *service.Stats {
-	if s, ok := any(svc).(interface{ Stats() *service.Stats }); ok {
-		return s.Stats()
-	}
-	return nil
 }
 
 // newEnv builds a service on a memstore and the dashboard over it. A nil
@@ -71,10 +61,7 @@ func newEnv(t testing.TB, now func() time.Time, opts web.Options, noStats bool) 
 	e := &env{t: t, svc: svc, now: now}
 	var err error
 	if !noStats {
-		e.stats = serviceStats(svc)
-		if e.fed = e.stats != nil; !e.fed {
-			e.stats = &service.Stats{}
-		}
+		e.stats = svc.Stats()
 		opts.Stats = e.stats
 	}
 	if opts.Clock == nil {
@@ -86,17 +73,13 @@ func newEnv(t testing.TB, now func() time.Time, opts web.Options, noStats bool) 
 	return e
 }
 
-// check sends a request through the service and counts it as the decision
-// path does (service.Stats.Record).
+// check sends a request through the service, whose decision path counts
+// it in e.stats.
 func (e *env) check(desc map[string]string) service.Decision {
 	e.t.Helper()
-	start := time.Now()
 	d, err := e.svc.Check(context.Background(), service.Request{Descriptors: desc})
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	if e.stats != nil && !e.fed {
-		e.stats.Record(d, max(time.Since(start), time.Nanosecond))
 	}
 	return d
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
-	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
 // overviewBody is the answer of /ui/api/overview and the data of each event
@@ -36,7 +36,7 @@ type overviewBody struct {
 }
 
 // seriesBody is one limit's decisions per second, by result (the names of
-// service.StatsResults: allowed, denied, shadow_allowed, ...).
+// stats.Results: allowed, denied, shadow_allowed, ...).
 type seriesBody struct {
 	Name   string             `json:"name"`
 	Counts map[string][]int64 `json:"counts"`
@@ -58,11 +58,11 @@ type reloadBody struct {
 
 // overview serves GET /ui/api/overview?seconds=N (1..300, default 300).
 func (d *dashboard) overview(w http.ResponseWriter, r *http.Request) {
-	seconds := service.StatsSeconds
+	seconds := stats.Seconds
 	if s := r.URL.Query().Get("seconds"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > service.StatsSeconds {
-			httpx.WriteError(w, &httpx.Error{Status: http.StatusBadRequest, Field: "seconds", Message: fmt.Sprintf("want 1 to %d, got %q", service.StatsSeconds, s)})
+		if err != nil || n < 1 || n > stats.Seconds {
+			httpx.WriteError(w, &httpx.Error{Status: http.StatusBadRequest, Field: "seconds", Message: fmt.Sprintf("want 1 to %d, got %q", stats.Seconds, s)})
 			return
 		}
 		seconds = n
@@ -94,8 +94,8 @@ func (d *dashboard) snapshot(seconds int) overviewBody {
 
 // series lists every configured limit, with zeros if it decided nothing,
 // then the other limits the window saw.
-func (d *dashboard) series(win service.StatsWindow, seconds int) []seriesBody {
-	byName := map[string]*service.LimitSeries{}
+func (d *dashboard) series(win stats.Window, seconds int) []seriesBody {
+	byName := map[string]*stats.Series{}
 	for i := range win.Limits {
 		byName[win.Limits[i].Name] = &win.Limits[i]
 	}
@@ -115,7 +115,7 @@ func (d *dashboard) series(win service.StatsWindow, seconds int) []seriesBody {
 	out := make([]seriesBody, len(names))
 	for i, name := range names {
 		out[i] = seriesBody{Name: name, Counts: map[string][]int64{}}
-		for r, result := range service.StatsResults {
+		for r, result := range stats.Results {
 			if ls := byName[name]; ls != nil {
 				out[i].Counts[result] = ls.Counts[r]
 			} else {
@@ -132,7 +132,7 @@ const MaxStreams = 64
 
 // overviewStream serves GET /ui/api/overview/stream: server-sent events
 // named "overview", each an overviewBody. The first holds the last
-// service.StatsSeconds seconds; each one after it, every StreamInterval,
+// stats.Seconds seconds; each one after it, every StreamInterval,
 // holds only the last few seconds, which the page merges in. The stream
 // ends when the client leaves, when Options.Done is closed, or after
 // MaxStreamDuration (the browser then reconnects).
@@ -149,14 +149,14 @@ func (d *dashboard) overviewStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // proxies such as NGINX must not buffer it
 	w.WriteHeader(http.StatusOK)
-	if !d.sendEvent(w, rc, "retry: 2000\n\n", service.StatsSeconds) {
+	if !d.sendEvent(w, rc, "retry: 2000\n\n", stats.Seconds) {
 		return
 	}
 	tick := time.NewTicker(d.opts.StreamInterval)
 	defer tick.Stop()
 	end := time.NewTimer(MaxStreamDuration)
 	defer end.Stop()
-	delta := min(int(d.opts.StreamInterval/time.Second)+3, service.StatsSeconds)
+	delta := min(int(d.opts.StreamInterval/time.Second)+3, stats.Seconds)
 	for {
 		select {
 		case <-r.Context().Done():

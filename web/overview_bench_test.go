@@ -10,6 +10,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
 // BenchmarkOverviewEvent is the work of one overview event, for a service
@@ -29,17 +30,17 @@ func BenchmarkOverviewEvent(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stats := &service.Stats{}
+	st := &stats.Stats{}
 	now := time.Now()
-	for s := range service.StatsSeconds {
-		d := service.Decision{At: now.Add(-time.Duration(s) * time.Second)}
+	for s := range stats.Seconds {
+		at := now.Add(-time.Duration(s) * time.Second)
 		for _, l := range cfg.Limits {
-			d.Limits = append(d.Limits, service.Outcome{Name: l.Name})
+			st.Count(at, l.Name, stats.Denied)
 		}
-		stats.Record(d, time.Microsecond)
+		st.Time(at, time.Microsecond)
 	}
-	d := &dashboard{svc: svc, opts: withDefaults(Options{Stats: stats})}
-	for _, seconds := range []int{service.StatsSeconds, 4} {
+	d := &dashboard{svc: svc, opts: withDefaults(Options{Stats: st})}
+	for _, seconds := range []int{stats.Seconds, 4} {
 		b.Run(fmt.Sprintf("seconds=%d", seconds), func(b *testing.B) {
 			var size int
 			for b.Loop() {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/service/stats"
 	"github.com/tokenlimit/tokenlimit/web/sim"
 )
 
@@ -59,10 +60,10 @@ type Options struct {
 	// AdminFromAnywhere lets the inspector answer clients that are not on
 	// loopback; by default only 127.0.0.0/8 and ::1 may use it.
 	AdminFromAnywhere bool
-	// Stats are the service's live decision counts (see service.Stats),
+	// Stats are the service's live decision counts (service.Service.Stats),
 	// shown by the overview. Nil: the overview shows the store's health
 	// and the configuration, and says that live counts are off.
-	Stats *service.Stats
+	Stats *stats.Stats
 	// Clock is the dashboard's time: the simulators' clock and the end of
 	// the overview's window. Nil means time.Now.
 	Clock func() time.Time

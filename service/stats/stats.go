@@ -1,4 +1,8 @@
-package service
+// Package stats keeps the live counts the dashboard shows: decisions per
+// limit and result, and the decision latency, for each of the last Seconds
+// seconds, and the configuration reloads. The service feeds them from its
+// decision path (service.Service.Stats).
+package stats
 
 import (
 	"maps"
@@ -9,19 +13,37 @@ import (
 	"time"
 )
 
-// StatsSeconds is how far back Stats remembers: five minutes, one slot per
+// Seconds is how far back Stats remembers: five minutes, one slot per
 // second.
-const StatsSeconds = 300
+const Seconds = 300
 
-// StatsResults names the results Stats counts, in the order of
-// LimitSeries.Counts. They are the values of the result label of the
-// tokenlimit_decisions_total metric.
-var StatsResults = [...]string{
-	"allowed", "denied", "shadow_allowed", "shadow_denied",
-	"fail_open_allowed", "fail_open_denied", "fail_closed", "key_space_full",
+// Result is what one limit answered in a decision, as Stats counts it: an
+// index in Results.
+type Result uint8
+
+// The results, in the order of Results and of Series.Counts.
+const (
+	Allowed Result = iota
+	Denied
+	ShadowAllowed
+	ShadowDenied
+	FailOpenAllowed
+	FailOpenDenied
+	FailClosed
+	KeySpaceFull
+)
+
+// Results names the results Stats counts, indexed by Result. They are the
+// values of the result label of the tokenlimit_decisions_total metric.
+var Results = [...]string{
+	Allowed: "allowed", Denied: "denied", ShadowAllowed: "shadow_allowed", ShadowDenied: "shadow_denied",
+	FailOpenAllowed: "fail_open_allowed", FailOpenDenied: "fail_open_denied", FailClosed: "fail_closed", KeySpaceFull: "key_space_full",
 }
 
-const nResults = len(StatsResults)
+// String is r's name in Results.
+func (r Result) String() string { return Results[r] }
+
+const nResults = len(Results)
 
 // statsMaxLimits bounds the limits Stats tracks. Limit names come from the
 // configuration, so only a long run of reloads renaming limits could reach
@@ -29,15 +51,15 @@ const nResults = len(StatsResults)
 const statsMaxLimits = 1024
 
 // Stats counts decisions per limit and result, and the decision latency,
-// for each of the last StatsSeconds seconds, for the dashboard's live
-// overview. The zero value is ready to use; it is safe for concurrent use.
+// for each of the last Seconds seconds, for the dashboard's live overview.
+// The zero value is ready to use; it is safe for concurrent use.
 //
-// It is fed from the decision path, so Record is cheap: per limit in the
-// decision, one lookup in a read-only map and one atomic add on the counter
+// It is fed from the decision path, so Count and Time are cheap: per limit
+// in the decision, one lookup in a read-only map and one atomic add on the counter
 // of the decision's second (a slot is cleared, under a lock, only by the
 // first decision of a new second), and two atomic adds for the latency.
 // Nothing allocates once a limit has been seen. Seconds are those of the
-// decision's time (Decision.At), so a fake clock drives Stats in tests.
+// decision's time, so a fake clock drives Stats in tests.
 type Stats struct {
 	rows    atomic.Pointer[map[string]*statsRow]
 	mu      sync.Mutex // serializes adding rows
@@ -48,10 +70,10 @@ type Stats struct {
 }
 
 // statsRow is one limit's ring: slot i holds the counts of the second s
-// with s mod StatsSeconds == i, and s in its sec field.
+// with s mod Seconds == i, and s in its sec field.
 type statsRow struct {
 	mu    sync.Mutex // serializes clearing slots
-	slots [StatsSeconds]countSlot
+	slots [Seconds]countSlot
 }
 
 type countSlot struct {
@@ -61,7 +83,7 @@ type countSlot struct {
 
 type latencyRing struct {
 	mu    sync.Mutex
-	slots [StatsSeconds]latencySlot
+	slots [Seconds]latencySlot
 }
 
 type latencySlot struct {
@@ -69,39 +91,21 @@ type latencySlot struct {
 	count, nanos atomic.Int64
 }
 
-// Record counts decision d, decided in took (0: not timed, as for
-// reservations). The service calls it for every decision it reports in its
-// metrics.
-func (st *Stats) Record(d Decision, took time.Duration) {
-	sec := d.At.Unix()
-	for i := range d.Limits {
-		if row := st.row(d.Limits[i].Name); row != nil {
-			row.add(sec, resultIndex(d, &d.Limits[i]))
-		}
-	}
-	if took > 0 {
-		st.latency.add(sec, took)
+// Count counts one decision of the limit named limit, with result r, made
+// at at (service.Decision.At: the decision's time, not the clock's). The service
+// calls it for each limit of every decision it reports in its metrics.
+func (st *Stats) Count(at time.Time, limit string, r Result) {
+	if row := st.row(limit); row != nil {
+		row.add(at.Unix(), r)
 	}
 }
 
-// resultIndex is the index in StatsResults of o's result in d: the
-// result label of tokenlimit_decisions_total and the Stats count, alike.
-func resultIndex(d Decision, o *Outcome) int {
-	denied := 0
-	if !o.Allowed {
-		denied = 1
+// Time records that a decision made at at took took to decide; it ignores
+// took <= 0 (not timed, as for reservations).
+func (st *Stats) Time(at time.Time, took time.Duration) {
+	if took > 0 {
+		st.latency.add(at.Unix(), took)
 	}
-	switch {
-	case d.KeySpaceFull:
-		return 7
-	case d.Unavailable && !o.FailOpen:
-		return 6
-	case o.Shadow:
-		return 2 + denied
-	case o.FailOpen:
-		return 4 + denied
-	}
-	return denied
 }
 
 // row returns name's row, adding it if it is new and there is room.
@@ -133,13 +137,13 @@ func (st *Stats) row(name string) *statsRow {
 }
 
 func slotIndex(sec int64) int {
-	return int((sec%StatsSeconds + StatsSeconds) % StatsSeconds)
+	return int((sec%Seconds + Seconds) % Seconds)
 }
 
-func (r *statsRow) add(sec int64, result int) {
+func (r *statsRow) add(sec int64, result Result) {
 	s := &r.slots[slotIndex(sec)]
 	if cur := s.sec.Load(); cur != sec {
-		if cur > sec { // a straggler from StatsSeconds ago: drop it
+		if cur > sec { // a straggler from Seconds ago: drop it
 			return
 		}
 		r.mu.Lock()
@@ -172,35 +176,35 @@ func (l *latencyRing) add(sec int64, took time.Duration) {
 	s.nanos.Add(int64(took))
 }
 
-// StatsWindow is what Stats counted in a run of whole seconds. Element i of
+// Window is what Stats counted in a run of whole seconds. Element i of
 // every series is the second From+i (Unix time); the last one is the second
 // in progress, so it is still growing.
-type StatsWindow struct {
+type Window struct {
 	From int64
 	// Limits has one entry per limit that decided anything in the window,
 	// sorted by name.
-	Limits []LimitSeries
+	Limits []Series
 	// Checks counts the timed decisions (checks, not reservations) of each
 	// second, and LatencyMicros their mean latency in microseconds.
 	Checks        []int64
 	LatencyMicros []int64
 }
 
-// LimitSeries is one limit's counts: Counts[r][i] decisions with result
-// StatsResults[r] in second From+i.
-type LimitSeries struct {
+// Series is one limit's counts: Counts[r][i] decisions with result
+// Results[r] in second From+i.
+type Series struct {
 	Name   string
 	Counts [nResults][]int64
 }
 
 // Window returns the counts of the seconds seconds that end with now's
-// (1 <= seconds <= StatsSeconds; other values are clamped). A decision
+// (1 <= seconds <= Seconds; other values are clamped). A decision
 // being recorded concurrently may be missed or, rarely, counted in a
 // neighbouring read.
-func (st *Stats) Window(now time.Time, seconds int) StatsWindow {
-	seconds = min(max(seconds, 1), StatsSeconds)
+func (st *Stats) Window(now time.Time, seconds int) Window {
+	seconds = min(max(seconds, 1), Seconds)
 	end := now.Unix()
-	w := StatsWindow{From: end - int64(seconds) + 1}
+	w := Window{From: end - int64(seconds) + 1}
 	if m := st.rows.Load(); m != nil {
 		for name, r := range *m {
 			if ls, seen := r.series(name, w.From, seconds); seen {
@@ -208,13 +212,13 @@ func (st *Stats) Window(now time.Time, seconds int) StatsWindow {
 			}
 		}
 	}
-	slices.SortFunc(w.Limits, func(a, b LimitSeries) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(w.Limits, func(a, b Series) int { return strings.Compare(a.Name, b.Name) })
 	w.Checks, w.LatencyMicros = st.latency.series(w.From, seconds)
 	return w
 }
 
-func (r *statsRow) series(name string, from int64, seconds int) (LimitSeries, bool) {
-	ls := LimitSeries{Name: name}
+func (r *statsRow) series(name string, from int64, seconds int) (Series, bool) {
+	ls := Series{Name: name}
 	for k := range ls.Counts {
 		ls.Counts[k] = make([]int64, seconds)
 	}

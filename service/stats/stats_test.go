@@ -1,51 +1,21 @@
-package service
+package stats
 
 import (
 	"errors"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/tokenlimit/tokenlimit"
 )
 
 var statsBase = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func outcome(name string, allowed bool) Outcome {
-	return Outcome{Name: name, Result: tokenlimit.Result{Allowed: allowed}}
-}
-
-// Each kind of outcome is counted under the result the metrics document
-// (docs/operations.md): the table is written out, not derived from the code.
-func TestStatsCountsEachResult(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		unavailable, shadow, failOpen, allowed bool
-		want                                   string
-	}{
-		{false, false, false, true, "allowed"},
-		{false, false, false, false, "denied"},
-		{false, true, false, true, "shadow_allowed"},
-		{false, true, false, false, "shadow_denied"},
-		{false, false, true, true, "fail_open_allowed"},
-		{false, false, true, false, "fail_open_denied"},
-		{true, false, true, true, "fail_open_allowed"}, // the store failed; the local budget answered
-		{true, false, false, false, "fail_closed"},
-	} {
-		var st Stats
-		o := Outcome{Name: "x", Shadow: tt.shadow, FailOpen: tt.failOpen, Result: tokenlimit.Result{Allowed: tt.allowed}}
-		st.Record(Decision{At: statsBase, Unavailable: tt.unavailable, Limits: []Outcome{o}}, time.Millisecond)
-		w := st.Window(statsBase, 1)
-		var got []string
-		for r, name := range StatsResults {
-			if len(w.Limits) == 1 && w.Limits[0].Counts[r][0] == 1 {
-				got = append(got, name)
-			}
-		}
-		if len(got) != 1 || got[0] != tt.want {
-			t.Errorf("%+v: counted as %v, want [%s]", tt, got, tt.want)
-		}
+// record counts one decision of the given limits, each with its result,
+// decided at at in took, as the service does.
+func record(st *Stats, at time.Time, took time.Duration, limits map[string]Result) {
+	for name, r := range limits {
+		st.Count(at, name, r)
 	}
+	st.Time(at, took)
 }
 
 func TestStatsWindow(t *testing.T) {
@@ -56,12 +26,12 @@ func TestStatsWindow(t *testing.T) {
 	}
 	at := func(s int) time.Time { return statsBase.Add(time.Duration(s) * time.Second) }
 	// Second 0: 2 allowed and 1 denied on "a", 1 shadow denial on "b".
-	st.Record(Decision{At: at(0), Limits: []Outcome{outcome("a", true), {Name: "b", Shadow: true}}}, 2*time.Millisecond)
-	st.Record(Decision{At: at(0).Add(900 * time.Millisecond), Limits: []Outcome{outcome("a", true)}}, 4*time.Millisecond)
-	st.Record(Decision{At: at(0), Limits: []Outcome{outcome("a", false)}}, 0) // a reservation: not timed
+	record(&st, at(0), 2*time.Millisecond, map[string]Result{"a": Allowed, "b": ShadowDenied})
+	record(&st, at(0).Add(900*time.Millisecond), 4*time.Millisecond, map[string]Result{"a": Allowed})
+	record(&st, at(0), 0, map[string]Result{"a": Denied}) // a reservation: not timed
 	// Second 3: a fail-closed answer and a fail-open allowance.
-	st.Record(Decision{At: at(3), Unavailable: true, Limits: []Outcome{outcome("a", false)}}, time.Millisecond)
-	st.Record(Decision{At: at(3), Limits: []Outcome{{Name: "a", FailOpen: true, Result: tokenlimit.Result{Allowed: true}}}}, time.Millisecond)
+	record(&st, at(3), time.Millisecond, map[string]Result{"a": FailClosed})
+	record(&st, at(3), time.Millisecond, map[string]Result{"a": FailOpenAllowed})
 
 	w := st.Window(at(3), 5)
 	if w.From != at(-1).Unix() {
@@ -78,7 +48,7 @@ func TestStatsWindow(t *testing.T) {
 		"fail_open_allowed": {0, 0, 0, 0, 1},
 		"shadow_denied":     {0, 0, 0, 0, 0},
 	}
-	for r, name := range StatsResults {
+	for r, name := range Results {
 		if exp, ok := want[name]; ok && !equal(a[r], exp) {
 			t.Errorf("a %s: %v, want %v", name, a[r], exp)
 		}
@@ -92,10 +62,10 @@ func TestStatsWindow(t *testing.T) {
 
 	// After the ring has gone round, second 0's slot holds second 300's
 	// counts only, and a straggler from second 0 is dropped.
-	st.Record(Decision{At: at(StatsSeconds), Limits: []Outcome{outcome("a", false)}}, time.Millisecond)
-	st.Record(Decision{At: at(0), Limits: []Outcome{outcome("a", true)}}, time.Millisecond)
-	w = st.Window(at(StatsSeconds), StatsSeconds+50) // clamped
-	if len(w.Checks) != StatsSeconds || w.From != at(1).Unix() {
+	record(&st, at(Seconds), time.Millisecond, map[string]Result{"a": Denied})
+	record(&st, at(0), time.Millisecond, map[string]Result{"a": Allowed})
+	w = st.Window(at(Seconds), Seconds+50) // clamped
+	if len(w.Checks) != Seconds || w.From != at(1).Unix() {
 		t.Fatalf("window of %d seconds from %d", len(w.Checks), w.From)
 	}
 	last := len(w.Checks) - 1
@@ -103,7 +73,7 @@ func TestStatsWindow(t *testing.T) {
 		t.Errorf("after wrapping: allowed %d denied %d fail_closed(3s) %d checks %d", a[0][last], a[1][last], a[6][2], w.Checks[last])
 	}
 	// A window that saw nothing lists no limits.
-	if w := st.Window(at(10*StatsSeconds), 60); len(w.Limits) != 0 {
+	if w := st.Window(at(10*Seconds), 60); len(w.Limits) != 0 {
 		t.Errorf("idle window lists %+v", w.Limits)
 	}
 }
@@ -135,7 +105,9 @@ func TestStatsConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				at := statsBase.Add(time.Duration(i%2) * time.Second)
-				st.Record(Decision{At: at, Limits: []Outcome{outcome("a", true), outcome(string(rune('b'+g%3)), false)}}, time.Microsecond)
+				st.Count(at, "a", Allowed)
+				st.Count(at, string(rune('b'+g%3)), Denied)
+				st.Time(at, time.Microsecond)
 			}
 		}()
 	}
@@ -166,10 +138,11 @@ func equal(a, b []int64) bool {
 // BenchmarkStatsRecord is the cost Stats adds to a decision of two limits.
 func BenchmarkStatsRecord(b *testing.B) {
 	var st Stats
-	d := Decision{At: statsBase, Limits: []Outcome{outcome("hard-cap", true), outcome("llm-budget", true)}}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			st.Record(d, time.Microsecond)
+			st.Count(statsBase, "hard-cap", Allowed)
+			st.Count(statsBase, "llm-budget", Allowed)
+			st.Time(statsBase, time.Microsecond)
 		}
 	})
 }
