@@ -30,7 +30,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"net"
 	"net/http"
@@ -51,6 +50,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 )
 
 type options struct {

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 )
 
 // cpuMeter measures the CPU time some processes use over one phase.

@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
-	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 )
 
 // report writes the markdown; the first write error sticks in err.

@@ -28,7 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 	"io"
 	"net/http"
 	"os"
@@ -41,6 +40,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
+	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
 )
 
 // config always admits: 100 reserved and 60 settled per pair never come
