@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_decisions_total",
-			Help: "Decisions per limit; result is allowed, denied, shadow_allowed, shadow_denied, fail_open_allowed, fail_open_denied or fail_closed.",
+			Help: "Decisions per limit; result is allowed, denied, shadow_allowed, shadow_denied, fail_open_allowed, fail_open_denied, fail_closed or key_space_full.",
 		}, []string{"limit", "result"}),
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_near_limit_total",
