@@ -16,8 +16,10 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/tokenlimit/tokenlimit v0.0.0-00010101000000-000000000000
 	github.com/tokenlimit/tokenlimit/server/rlsv3 v0.0.0-00010101000000-000000000000
+	golang.org/x/net v0.60.0
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -33,9 +35,7 @@ require (
 	github.com/tokenlimit/tokenlimit/envoycompat v0.0.0-00010101000000-000000000000 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
-	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
