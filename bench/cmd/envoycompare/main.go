@@ -115,19 +115,25 @@ type scenario struct {
 	envoy  string // envoyproxy/ratelimit's config
 	ours   string // tokenlimit's
 	cached bool   // over-limit caches on
+	// The targets, tokenlimit against envoyproxy/ratelimit: decisions/s
+	// at least minRate times (0: none), service CPU per decision at most
+	// maxCPU times.
+	minRate, maxCPU float64
 }
 
 func scenarios(o options) map[string]scenario {
 	return map[string]scenario{
 		"admitted": {
 			name: "admitted", users: o.users,
-			envoy: "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n",
-			ours:  "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1000000/s\n",
+			envoy:   "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n",
+			ours:    "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1000000/s\n",
+			minRate: 2, maxCPU: 0.4,
 		},
 		"over": {
 			name: "over", users: 100, cached: true,
-			envoy: "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
-			ours:  "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1/h\n    local_cache: true\n",
+			envoy:  "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+			ours:   "limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 1/h\n    local_cache: true\n",
+			maxCPU: 0.5,
 		},
 	}
 }
@@ -159,7 +165,7 @@ func run(args []string) error {
 		return fmt.Errorf("go build ./cmd/tokenlimit: %w\n%s", err, out)
 	}
 	fmt.Printf("# envoycompare — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Printf("- %d callers over %d gRPC connections per service; %d runs of %d slices of %s per service, alternating; medians of the runs\n",
+	fmt.Printf("- %d callers over %d HTTP/2 connections per service (the load generator's minimal gRPC client: prepared requests, every answer checked); %d runs of %d slices of %s per service, alternating; medians of the runs\n",
 		o.callers, o.conns, o.runs, o.slices, o.slice)
 	fmt.Printf("- load average at start: %s\n", loadavg())
 	if o.storeTimeout > 0 {
@@ -606,4 +612,16 @@ func report(sc scenario, svcs []*service, runs [][]tally) {
 	o, e := rows[0], rows[1]
 	fmt.Printf("\nRatios tokenlimit / envoyproxy/ratelimit: decisions/s %.2fx, service CPU per decision %.2fx, redis CPU per decision %.2fx, p50 %.2fx\n\n",
 		o.rate/e.rate, o.svcCPU/e.svcCPU, o.redisCPU/e.redisCPU, o.p50/e.p50)
+	fmt.Print("Targets:")
+	if sc.minRate > 0 {
+		fmt.Printf(" decisions/s ≥ %.1fx: %.2fx, %s;", sc.minRate, o.rate/e.rate, verdict(o.rate/e.rate >= sc.minRate))
+	}
+	fmt.Printf(" service CPU per decision ≤ %.1fx: %.2fx, %s.\n\n", sc.maxCPU, o.svcCPU/e.svcCPU, verdict(o.svcCPU/e.svcCPU <= sc.maxCPU))
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "**met**"
+	}
+	return "**not met**"
 }
