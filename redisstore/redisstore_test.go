@@ -271,7 +271,7 @@ func flushScripts(t *testing.T, srv *redistest.Server) {
 }
 
 // commandCalls reads INFO commandstats: calls per command name.
-func commandCalls(t *testing.T, srv *redistest.Server) map[string]int {
+func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 	t.Helper()
 	info, err := srv.Do("INFO", "commandstats")
 	if err != nil {
