@@ -36,7 +36,10 @@ type batcher struct {
 	queue   []*batchJob
 }
 
-// batchJob is one queued check. done is closed when it is decided.
+// batchJob is one queued check. done receives one value when it is
+// decided. Jobs are reused (jobPool) once their callers have their results;
+// a job whose caller gave up waiting is not, since a batch may still write
+// to it.
 type batchJob struct {
 	ctx     context.Context
 	now     time.Time
@@ -45,6 +48,13 @@ type batchJob struct {
 	at      time.Time
 	err     error
 	done    chan struct{}
+}
+
+var jobPool = sync.Pool{New: func() any { return &batchJob{done: make(chan struct{}, 1)} }}
+
+// decided wakes j's caller. After it the batch must not touch j.
+func (j *batchJob) decided() {
+	j.done <- struct{}{}
 }
 
 // batchers holds one batcher per Redis Cluster slot (one in all when not on
@@ -86,34 +96,61 @@ func (s *Store) checkBatched(ctx context.Context, now time.Time, items []tokenli
 		b.next()
 		return at, err
 	}
-	j := &batchJob{ctx: ctx, now: now, items: items, results: results, done: make(chan struct{})}
+	j := jobPool.Get().(*batchJob)
+	j.ctx, j.now, j.items, j.results = ctx, now, items, results
 	b.queue = append(b.queue, j)
 	b.mu.Unlock()
-	select {
-	case <-j.done:
-		return j.at, j.err
-	case <-ctx.Done():
-		// The batch may still decide (and charge) it, as a call cut off
-		// in flight may: the caller sees an error either way.
-		return now, fmt.Errorf("redisstore: check: %w", context.Cause(ctx))
+	return j.wait()
+}
+
+// wait returns j's decision once it is made, or an error as soon as j's
+// context ends.
+func (j *batchJob) wait() (time.Time, error) {
+	if done := j.ctx.Done(); done != nil {
+		select {
+		case <-j.done:
+		case <-done:
+			// The batch may still decide (and charge) it, as a call cut off
+			// in flight may: the caller sees an error either way. j stays
+			// out of the pool, as the batch may still write to it.
+			return j.now, fmt.Errorf("redisstore: check: %w", context.Cause(j.ctx))
+		}
+	} else {
+		<-j.done
 	}
+	at, err := j.at, j.err
+	*j = batchJob{done: j.done}
+	jobPool.Put(j)
+	return at, err
 }
 
 // next runs the queued checks in a lane that has just finished a call, or
 // frees the lane if nothing is queued.
 func (b *batcher) next() {
+	if jobs := b.nextJobs(); jobs != nil {
+		go b.run(jobs)
+	}
+}
+
+// run decides jobs, then the checks queued meanwhile, call after call, until
+// none is queued: one goroutine per busy spell of a lane, not one per call.
+func (b *batcher) run(jobs []*batchJob) {
+	for jobs != nil {
+		b.s.runBatch(jobs)
+		jobs = b.nextJobs()
+	}
+}
+
+// nextJobs takes the checks of a lane's next call, or frees the lane and
+// returns nil if nothing is queued.
+func (b *batcher) nextJobs() []*batchJob {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.running--
-		b.mu.Unlock()
-		return
+		return nil
 	}
-	jobs := b.take()
-	b.mu.Unlock()
-	go func() {
-		b.s.runBatch(jobs)
-		b.next()
-	}()
+	return b.take()
 }
 
 // take removes from the queue the checks of the next call: in order, up to
@@ -137,7 +174,7 @@ func (s *Store) runBatch(jobs []*batchJob) {
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
 			j.err = fmt.Errorf("redisstore: check: %w", context.Cause(j.ctx))
-			close(j.done)
+			j.decided()
 			continue
 		}
 		live = append(live, j)
@@ -148,7 +185,7 @@ func (s *Store) runBatch(jobs []*batchJob) {
 	case 1:
 		j := live[0]
 		j.at, j.err = s.checkAlone(j.ctx, j.now, j.items, j.results)
-		close(j.done)
+		j.decided()
 		return
 	}
 	ctxs := make([]context.Context, len(live))
@@ -162,7 +199,7 @@ func (s *Store) runBatch(jobs []*batchJob) {
 		if err != nil {
 			j.at, j.err = j.now, err
 		}
-		close(j.done)
+		j.decided()
 	}
 }
 
@@ -210,10 +247,10 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
 	for _, j := range jobs {
 		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
 		for _, it := range j.items {
-			keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
 			packed = appendItem(packed, it.Limit, it.Cost)
 		}
 	}
+	keys = s.appendJobKeys(keys, jobs)
 	args := []string{s.padMs, string(packed)}
 	reply, err := s.run(ctx, checkBatch, keys, args)
 	if err != nil {
