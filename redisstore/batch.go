@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,10 +136,19 @@ func (b *batcher) next() {
 // run decides jobs, then the checks queued meanwhile, call after call, until
 // none is queued: one goroutine per busy spell of a lane, not one per call.
 func (b *batcher) run(jobs []*batchJob) {
+	var bufs callBuffers
 	for jobs != nil {
-		b.s.runBatch(jobs)
+		b.s.runBatch(jobs, &bufs)
 		jobs = b.nextJobs()
 	}
+}
+
+// callBuffers are what a lane reuses from one batch call to the next: the
+// call's keys (the client copies them into its command) and the buffer its
+// packed argument is built in (the argument is a copy).
+type callBuffers struct {
+	keys   []string
+	packed []byte
 }
 
 // nextJobs takes the checks of a lane's next call, or frees the lane and
@@ -169,7 +179,7 @@ func (b *batcher) take() []*batchJob {
 
 // runBatch decides jobs in one call (one check in the plain check call) and
 // wakes their callers. A job whose caller gave up is left out.
-func (s *Store) runBatch(jobs []*batchJob) {
+func (s *Store) runBatch(jobs []*batchJob, bufs *callBuffers) {
 	live := jobs[:0:0]
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
@@ -194,7 +204,7 @@ func (s *Store) runBatch(jobs []*batchJob) {
 	}
 	ctx, cancel := batchContext(ctxs)
 	defer cancel()
-	err := s.checkMany(ctx, live)
+	err := s.checkMany(ctx, live, bufs)
 	for _, j := range live {
 		if err != nil {
 			j.at, j.err = j.now, err
@@ -211,7 +221,7 @@ func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimi
 		return s.checkOnce(ctx, now, items, results)
 	}
 	j := &batchJob{ctx: ctx, now: now, items: items, results: results}
-	if err := s.checkMany(ctx, []*batchJob{j}); err != nil {
+	if err := s.checkMany(ctx, []*batchJob{j}, &callBuffers{}); err != nil {
 		return now, err
 	}
 	return j.at, nil
@@ -235,15 +245,15 @@ func batchContext(ctxs []context.Context) (context.Context, context.CancelFunc) 
 }
 
 // checkMany runs check_batch.lua on jobs and writes each job's results and
-// decision time.
-func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
+// decision time, building the call in bufs.
+func (s *Store) checkMany(ctx context.Context, jobs []*batchJob, bufs *callBuffers) error {
 	nk, nv := 0, 0
 	for _, j := range jobs {
 		nk += len(j.items) + 1
 		nv += 2 + 5*len(j.items)
 	}
-	keys := make([]string, 0, nk)
-	packed := appendArray(make([]byte, 0, 5+nv*5), nv)
+	keys := slices.Grow(bufs.keys[:0], nk)
+	packed := appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv)
 	for _, j := range jobs {
 		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
 		for _, it := range j.items {
@@ -252,6 +262,7 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob) error {
 	}
 	keys = s.appendJobKeys(keys, jobs)
 	args := []string{s.padMs, string(packed)}
+	bufs.keys, bufs.packed = keys, packed
 	reply, err := s.run(ctx, checkBatch, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
