@@ -113,6 +113,42 @@ func TestQueuedCheckOfACallerThatGaveUp(t *testing.T) {
 	}
 }
 
+// Queued checks whose callers give up at any moment, beside ones that wait:
+// every answer a caller gets is its own check's (each caller has a limit of
+// its own capacity), never one written for a check that gave up earlier,
+// whose queue entry a batch may still be deciding.
+func TestQueuedChecksOfCallersThatGiveUpAtRandom(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(newPrefix()))
+	const callers, checks = 32, 60
+	var wg sync.WaitGroup
+	for c := range callers {
+		limit := tokenlimit.TokenBucketLimit(int64(1_000+c), 1, time.Hour)
+		wg.Go(func() {
+			items := []tokenlimit.Item{{Key: fmt.Sprintf("user=%d", c), Limit: limit, Cost: 1}}
+			for i := range checks {
+				results := make([]tokenlimit.Result, 1)
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%2 == 1 {
+					go cancel()
+				}
+				_, err := st.Check(ctx, storetest.Base, items, results)
+				cancel()
+				if err != nil {
+					if i%2 == 0 {
+						t.Errorf("caller %d, check %d: %v", c, i, err)
+					}
+					continue
+				}
+				if r := results[0]; !r.Allowed || r.Limit != limit.Capacity() {
+					t.Errorf("caller %d, check %d: %+v, want an allowed result of capacity %d", c, i, r, limit.Capacity())
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // Reservations that arrive while reserve calls are in flight queue and are
 // made together in one call, each on its own and in order, and exactly: a
 // bucket of 5 admits 5 of 12 concurrent reservations, in 2 lone calls and
