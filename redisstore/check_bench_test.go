@@ -17,7 +17,7 @@ import (
 
 // BenchmarkCheck is a check of one limit and of three (token bucket,
 // sliding counter, fixed window) over 10k keys through the Redis store
-// (rueidis), by 1 and 64 callers. Besides ns/op it reports client-ns/op,
+// (rueidis), by 1, 16, 64 and 256 callers. Besides ns/op it reports client-ns/op,
 // this process's CPU time per check (the store and rueidis; redis-server
 // runs in its own process), and calls/op, the store's calls per check. docs/benchmarks.md has the figures.
 func BenchmarkCheck(b *testing.B) {
@@ -49,7 +49,7 @@ func BenchmarkCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for _, callers := range []int{1, 64} {
+		for _, callers := range []int{1, 16, 64, 256} {
 			b.Run(sh.name+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
 				b.ReportAllocs()
 				calls, _ := storeCalls(commandCalls(b, srv))
