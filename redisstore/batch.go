@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -267,16 +268,19 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob, bufs *callBuffe
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
 	}
+	if len(reply) == 0 {
+		return errors.New("redisstore: check batch: empty reply")
+	}
+	// A check decides at the server's time (reply[0]) or at its caller's.
 	r := 1
 	for _, j := range jobs {
-		if len(reply) < r+1+5*len(j.items) {
-			return fmt.Errorf("redisstore: check batch: reply has %d values, too few for %d checks", len(reply), len(jobs))
+		j.at = time.UnixMicro(reply[0])
+		if s.caller {
+			j.at = time.UnixMicro(j.now.UnixMicro())
 		}
-		j.at = time.UnixMicro(reply[r])
-		for i, it := range j.items {
-			j.results[i] = toResult(it.Limit, reply[r+1+5*i:r+6+5*i])
+		if r, err = readResults(j.items, j.results, reply, r); err != nil {
+			return fmt.Errorf("redisstore: check batch: reply of %d values, too few for %d checks: %w", len(reply), len(jobs), err)
 		}
-		r += 1 + 5*len(j.items)
 	}
 	if r != len(reply) {
 		return fmt.Errorf("redisstore: check batch: reply has %d values, want %d", len(reply), r)

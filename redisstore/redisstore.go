@@ -216,11 +216,11 @@ func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, ite
 	if err != nil {
 		return now, fmt.Errorf("redisstore: check: %w", err)
 	}
-	if len(reply) != 1+5*len(items) {
-		return now, fmt.Errorf("redisstore: check: reply has %d values, want %d", len(reply), 1+5*len(items))
+	if len(reply) == 0 {
+		return now, errors.New("redisstore: check: empty reply")
 	}
-	for i, it := range items {
-		results[i] = toResult(it.Limit, reply[1+5*i:6+5*i])
+	if r, err := readResults(items, results, reply, 1); err != nil || r != len(reply) {
+		return now, fmt.Errorf("redisstore: check: reply of %d values does not hold %d results", len(reply), len(items))
 	}
 	return time.UnixMicro(reply[0]), nil
 }
@@ -315,16 +315,37 @@ func appendParams(args []string, l tokenlimit.Limit, cost int64) []string {
 		strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10), strconv.FormatInt(cost, 10))
 }
 
-func toResult(l tokenlimit.Limit, v []int64) tokenlimit.Result {
-	return tokenlimit.Result{
-		Allowed:          v[0] == 1,
-		CostExceedsLimit: v[1] == 1,
-		Limit:            l.Capacity(),
-		Remaining:        v[2],
-		RetryAfter:       time.Duration(v[3]) * time.Microsecond,
-		ResetAfter:       time.Duration(v[4]) * time.Microsecond,
+// readResults decodes the results of items from reply[r:] (put_result's
+// form, lib.lua) into results and returns the index after them, or an error
+// if reply ends first.
+func readResults(items []tokenlimit.Item, results []tokenlimit.Result, reply []int64, r int) (int, error) {
+	for i, it := range items {
+		if r+1 >= len(reply) {
+			return r, errShortReply
+		}
+		res := tokenlimit.Result{Allowed: true, Limit: it.Limit.Capacity(), Remaining: -reply[r]}
+		if f := reply[r]; f > 0 {
+			if r+3 >= len(reply) {
+				return r, errShortReply
+			}
+			res = tokenlimit.Result{
+				Allowed:          (f-1)&1 != 0,
+				CostExceedsLimit: (f-1)&2 != 0,
+				Limit:            res.Limit,
+				Remaining:        reply[r+1],
+				RetryAfter:       time.Duration(reply[r+2]) * time.Microsecond,
+			}
+			r += 2
+		}
+		res.ResetAfter = time.Duration(reply[r+1]) * time.Microsecond
+		results[i] = res
+		r += 2
 	}
+	return r, nil
 }
+
+// errShortReply is readResults' error for a reply that ends too soon.
+var errShortReply = errors.New("reply ends before its results")
 
 // run calls an entry point: as a Redis Function when the store can (see
 // FunctionCaller), else the script by SHA and, if Redis lost it, by source,

@@ -88,11 +88,8 @@ func reserveOutcome(items []tokenlimit.Item, results []tokenlimit.Result, reply 
 	default:
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: unknown status %d", reply[1])
 	}
-	if len(reply) != 2+5*len(items) {
-		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply has %d values, want %d", len(reply), 2+5*len(items))
-	}
-	for i, it := range items {
-		results[i] = toResult(it.Limit, reply[2+5*i:7+5*i])
+	if r, err := readResults(items, results, reply, 2); err != nil || r != len(reply) {
+		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply of %d values does not hold %d results", len(reply), len(items))
 	}
 	return out, nil
 }

@@ -4,7 +4,7 @@
 -- algorithm, p1, p2, p3, cost, where p1..p3 are limit, window µs, offset µs
 -- for the window algorithms and capacity, num, den for the buckets. KEYS:
 -- one per item, two for a sliding log (log, sum).
--- Reply: now, then per item allowed, toolarge, remaining, retry µs, reset µs.
+-- Reply: now, then per item its result (put_result, lib.lua).
 
 local function check(keys, argv)
   local now = clock(argv[1])

@@ -5,7 +5,8 @@
 -- per call), the number of items n, and 5 values per item as in check.lua.
 -- KEYS: every check's keys in order.
 -- Reply: the server's time (0 if no check used it), then per check its
--- decision time and 5 values per item as in check.lua.
+-- items' results as in check.lua (a check's decision time is the caller's
+-- now or the server's time, which the caller knows).
 
 local function check_batch(keys, argv)
   local pad = tonumber(argv[1])
@@ -22,7 +23,6 @@ local function check_batch(keys, argv)
       now = server
     end
     local n = p[a + 2]
-    reply[#reply + 1] = now
     k = check_group(keys, p, reply, a + 2, n, k, now, pad)
     a = a + 2 + 5 * n
   end

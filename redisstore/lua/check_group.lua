@@ -3,9 +3,8 @@
 -- check_batch.lua (many) and reserve.lua. The group's n items have their 5
 -- values each (algorithm, p1, p2, p3, cost; see check.lua) in p, the
 -- call's unpacked numbers, from index a + 1, and their keys in keys from
--- index k. It appends 5 values per item to reply (allowed, toolarge,
--- remaining, retry µs, reset µs) and returns the index of the next group's
--- first key.
+-- index k. It appends each item's result to reply (put_result's form) and
+-- returns the index of the next group's first key.
 
 -- Decides an item; v is its key's value (nil: none) except for a sliding
 -- log, which reads its own keys.
@@ -30,15 +29,14 @@ local function commit(keys, alg, k, len, now, cost, state, reset, pad)
 end
 
 -- check_item decides the item whose values start at p[a + 1], whose keys
--- start at keys[k] and whose key holds v, writing its 5 reply values from
--- reply[r + 1]. It returns whether it allowed, its algorithm and
--- parameters, cost and the state to commit (nil if nothing is to be
--- charged).
+-- start at keys[k] and whose key holds v, writing its result from
+-- reply[r + 1]. It returns the index of the result's last value, whether
+-- it allowed, its algorithm and parameters, cost and the state to commit
+-- (nil if nothing is to be charged).
 local function check_item(v, keys, p, reply, r, a, k, now)
   local alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
   local ok, big, rem, retry, reset, state = decide(v, keys, alg, k, p1, p2, p3, now, cost)
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok, big, rem, retry, reset
-  return ok == 1, alg, p1, p2, p3, cost, state, reset
+  return put_result(reply, r, ok, big, rem, retry, reset), ok == 1, alg, p1, p2, p3, cost, state, reset
 end
 
 -- The value of the item whose values start at p[a + 1] and keys at
@@ -51,7 +49,7 @@ local function item_value(keys, p, a, k)
 end
 
 local function check_group(keys, p, reply, a, n, k, now, pad)
-  local base = #reply
+  local r = #reply
   if n == 1 then
     -- The common case, inlined (one batched check of one item costs Redis
     -- ~5% fewer instructions than through check_item): nothing to hold
@@ -63,7 +61,7 @@ local function check_group(keys, p, reply, a, n, k, now, pad)
       if state then
         sl_charge(keys[k], keys[k + 1], p[a + 3], now, cost, pad)
       end
-      reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4], reply[base + 5] = ok, big, rem, retry, reset
+      put_result(reply, r, ok, big, rem, retry, reset)
       return k + 2
     end
     local v = redis.call('GET', keys[k])
@@ -77,33 +75,42 @@ local function check_group(keys, p, reply, a, n, k, now, pad)
     if state then
       store(keys[k], state, reset, pad)
     end
-    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4], reply[base + 5] = ok, big, rem, retry, reset
+    if ok == 1 and big == 0 and retry == 0 then
+      reply[r + 1], reply[r + 2] = -rem, reset
+    else
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1 + ok + 2 * big, rem, retry, reset
+    end
     return k + 1
   end
   -- Charges wait until every item allowed: 10 values per chargeable item.
   local charges, nc, all = {}, 0, true
-  for i = 1, n do
+  for _ = 1, n do
     local v = item_value(keys, p, a, k)
-    local ok, alg, p1, p2, p3, cost, state, reset = check_item(v, keys, p, reply, base + (i - 1) * 5, a, k, now)
+    local last, ok, alg, p1, p2, p3, cost, state, reset = check_item(v, keys, p, reply, r, a, k, now)
     all = all and ok
     if state then
-      charges[nc + 1], charges[nc + 2], charges[nc + 3], charges[nc + 4], charges[nc + 5] = i, alg, k, p1, p2
+      charges[nc + 1], charges[nc + 2], charges[nc + 3], charges[nc + 4], charges[nc + 5] = r, alg, k, p1, p2
       charges[nc + 6], charges[nc + 7], charges[nc + 8], charges[nc + 9], charges[nc + 10] = p3, cost, state, reset, v
       nc = nc + 10
     end
+    r = last
     k = k + key_count(alg)
     a = a + 5
   end
   for c = 1, nc, 10 do
-    local i, alg, ck, p1, p2, p3, cost, state, reset, v = unpack(charges, c, c + 9)
+    local cr, alg, ck, p1, p2, p3, cost, state, reset, v = unpack(charges, c, c + 9)
     if all then
       commit(keys, alg, ck, p2, now, cost, state, reset, pad)
     else
       -- Nothing is charged: report the uncharged state of the items that
-      -- would have fit.
-      local r = base + (i - 1) * 5
+      -- would have fit (remaining and reset, in whichever form
+      -- put_result wrote them).
       local _, _, rem, _, rst = decide(v, keys, alg, ck, p1, p2, p3, now, 0)
-      reply[r + 3], reply[r + 5] = rem, rst
+      if reply[cr + 1] <= 0 then
+        reply[cr + 1], reply[cr + 2] = -rem, rst
+      else
+        reply[cr + 2], reply[cr + 4] = rem, rst
+      end
     end
   end
   return k

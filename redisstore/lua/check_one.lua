@@ -10,5 +10,8 @@ local function check_one(keys, argv, decide_one)
   if state then
     store(keys[1], state, reset, tonumber(argv[2]))
   end
-  return { now, ok, big, rem, retry, reset }
+  if ok == 1 and big == 0 and retry == 0 then
+    return { now, -rem, reset }
+  end
+  return { now, 1 + ok + 2 * big, rem, retry, reset }
 end

@@ -86,6 +86,40 @@ local function key_count(alg)
   return 1
 end
 
+-- An item's result in a reply: an item allowed with nothing to wait for
+-- (the common case) as 2 values, -remaining (<= 0) and reset µs; any other
+-- as 4: 1 + allowed + 2 * toolarge (1..4), remaining, retry µs, reset µs.
+-- Every value is exact, as -x is for any x. put_result writes it from
+-- reply[r + 1] and returns the index of its last value.
+local function put_result(reply, r, ok, big, rem, retry, reset)
+  if ok == 1 and big == 0 and retry == 0 then
+    reply[r + 1], reply[r + 2] = -rem, reset
+    return r + 2
+  end
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1 + ok + 2 * big, rem, retry, reset
+  return r + 4
+end
+
+-- The results of n items that put_result wrote from reply[r + 1], as 5
+-- values each (allowed, toolarge, remaining, retry µs, reset µs: the form
+-- reservation records keep), and whether every item was allowed.
+local function widen(reply, r, n)
+  local out, all = {}, true
+  for o = 0, 5 * (n - 1), 5 do
+    local f = reply[r + 1]
+    if f <= 0 then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 1, 0, 0 - f, 0, reply[r + 2]
+      r = r + 2
+    else
+      local ok = (f - 1) % 2
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, (f - 1 - ok) / 2, reply[r + 2], reply[r + 3], reply[r + 4]
+      all = all and ok == 1
+      r = r + 4
+    end
+  end
+  return out, all
+end
+
 -- The decision time: the caller's (a decimal string of µs) or the server's.
 local function clock(arg)
   if arg ~= '' then

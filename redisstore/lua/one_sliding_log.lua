@@ -8,5 +8,8 @@ local function check_one_sliding_log(keys, argv)
   if state then
     sl_charge(keys[1], keys[2], len, now, cost, tonumber(argv[2]))
   end
-  return { now, ok, big, rem, retry, reset }
+  if ok == 1 and big == 0 and retry == 0 then
+    return { now, -rem, reset }
+  end
+  return { now, 1 + ok + 2 * big, rem, retry, reset }
 end

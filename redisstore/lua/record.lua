@@ -1,7 +1,7 @@
 -- record.lua: reservation records (tokenlimit.Reserver), one string key
 -- holding a MessagePack array:
 --   { state, digest, at µs, expires µs, results, items }
--- results: 5 values per item as check.lua replies them; items: per item
+-- results: 5 values per item (widen's form, lib.lua); items: per item
 -- { algorithm, p1, p2, p3, cost, rule, key[, sum key] }. A settled record
 -- drops its items; a tombstone is { TOMBSTONE, '', at, expires }. A record
 -- is gone from expires on, in the store's time (the caller's in caller-time
@@ -34,7 +34,8 @@ local function save_record(key, rec, now, pad)
 end
 
 -- The answer to a reserve of an id that holds rec: reply[1] is the
--- recorded time, reply[2] the status, then the recorded results.
+-- recorded time, reply[2] the status, then the recorded results in
+-- put_result's form.
 local function replay(rec, digest)
   if rec[1] == RECORD_TOMBSTONE then
     return { rec[3], CLOSED }
@@ -42,8 +43,9 @@ local function replay(rec, digest)
     return { rec[3], CONFLICT }
   end
   local reply = { rec[3], REPLAYED }
-  for i, v in ipairs(rec[5]) do
-    reply[2 + i] = v
+  local res, r = rec[5], 2
+  for i = 1, #res, 5 do
+    r = put_result(reply, r, res[i], res[i + 1], res[i + 2], res[i + 3], res[i + 4])
   end
   return reply
 end

@@ -5,7 +5,7 @@
 -- ARGV[1]: now µs or ""; ARGV[2]: TTL padding ms; ARGV[3]: the request's
 -- digest; ARGV[4]: the record's TTL in µs; ARGV[5]: a MessagePack array of
 -- 5 values per item as in check.lua, then each item's settle rule.
--- Reply: time µs, status, then per item the 5 values of check.lua (none
+-- Reply: time µs, status, then per item its result as in check.lua (none
 -- for a conflict or a tombstone).
 
 -- reserve_one reserves the items whose numbers are p[a + 1 .. a + 5n],
@@ -18,16 +18,12 @@ local function reserve_one(keys, k, p, a, n, digest, ttl, now, pad)
   end
   local reply = { now, DENIED }
   check_group(keys, p, reply, a, n, k + 1, now, pad)
-  for i = 1, n do
-    if reply[3 + (i - 1) * 5] ~= 1 then
-      return reply
-    end
+  local results, all = widen(reply, 2, n)
+  if not all then
+    return reply
   end
   reply[2] = RESERVED
-  local results, items = {}, {}
-  for i = 3, #reply do
-    results[i - 2] = reply[i]
-  end
+  local items = {}
   local ik = k + 1
   for i = 1, n do
     local b = a + (i - 1) * 5
