@@ -7,12 +7,12 @@ local function tb_state(v, now)
   if not v then
     return now, 0
   end
-  local tat, frac = v, 0
-  local colon = string.find(v, ':', 1, true)
-  if colon then
-    tat, frac = string.sub(v, 1, colon - 1), tonumber(string.sub(v, colon + 1))
+  -- "tat" is a number as it is; "tat:frac" is not.
+  local tat, frac = tonumber(v), 0
+  if not tat then
+    local colon = string.find(v, ':', 1, true)
+    tat, frac = tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1))
   end
-  tat = tonumber(tat)
   if tat < now then
     return now, 0
   end
