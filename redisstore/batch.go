@@ -129,7 +129,7 @@ func (j *batchJob) wait() (time.Time, error) {
 // next runs the queued checks in a lane that has just finished a call, or
 // frees the lane if nothing is queued.
 func (b *batcher) next() {
-	if jobs := b.nextJobs(); jobs != nil {
+	if jobs := b.nextJobs(nil); jobs != nil {
 		go b.run(jobs)
 	}
 }
@@ -140,48 +140,51 @@ func (b *batcher) run(jobs []*batchJob) {
 	var bufs callBuffers
 	for jobs != nil {
 		b.s.runBatch(jobs, &bufs)
-		jobs = b.nextJobs()
+		clear(jobs)
+		jobs = b.nextJobs(jobs)
 	}
 }
 
 // callBuffers are what a lane reuses from one batch call to the next: the
-// call's keys (the client copies them into its command) and the buffer its
-// packed argument is built in (the argument is a copy).
+// call's keys (the client copies them into its command), the buffer its
+// packed argument is built in (the argument is a copy) and its callers'
+// contexts.
 type callBuffers struct {
 	keys   []string
 	packed []byte
+	ctxs   []context.Context
 }
 
-// nextJobs takes the checks of a lane's next call, or frees the lane and
-// returns nil if nothing is queued.
-func (b *batcher) nextJobs() []*batchJob {
+// nextJobs takes the checks of a lane's next call, in into's array, or frees
+// the lane and returns nil if nothing is queued.
+func (b *batcher) nextJobs(into []*batchJob) []*batchJob {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.running--
 		return nil
 	}
-	return b.take()
+	return b.take(into)
 }
 
 // take removes from the queue the checks of the next call: in order, up to
-// maxBatchItems items. The caller holds mu.
-func (b *batcher) take() []*batchJob {
+// maxBatchItems items, in into's array. The caller holds mu.
+func (b *batcher) take(into []*batchJob) []*batchJob {
 	n, items := 0, 0
 	for n < len(b.queue) && (n == 0 || items+len(b.queue[n].items) <= maxBatchItems) {
 		items += len(b.queue[n].items)
 		n++
 	}
-	jobs := make([]*batchJob, n)
-	copy(jobs, b.queue)
+	jobs := append(into[:0], b.queue[:n]...)
 	b.queue = append(b.queue[:0], b.queue[n:]...)
 	return jobs
 }
 
 // runBatch decides jobs in one call (one check in the plain check call) and
-// wakes their callers. A job whose caller gave up is left out.
+// wakes their callers. A job whose caller gave up is left out (jobs' array
+// keeps the others).
 func (s *Store) runBatch(jobs []*batchJob, bufs *callBuffers) {
-	live := jobs[:0:0]
+	live := jobs[:0]
 	for _, j := range jobs {
 		if err := j.ctx.Err(); err != nil {
 			j.err = fmt.Errorf("redisstore: check: %w", context.Cause(j.ctx))
@@ -199,12 +202,14 @@ func (s *Store) runBatch(jobs []*batchJob, bufs *callBuffers) {
 		j.decided()
 		return
 	}
-	ctxs := make([]context.Context, len(live))
-	for i, j := range live {
-		ctxs[i] = j.ctx
+	ctxs := bufs.ctxs[:0]
+	for _, j := range live {
+		ctxs = append(ctxs, j.ctx)
 	}
 	ctx, cancel := batchContext(ctxs)
 	defer cancel()
+	clear(ctxs)
+	bufs.ctxs = ctxs
 	err := s.checkMany(ctx, live, bufs)
 	for _, j := range live {
 		if err != nil {
