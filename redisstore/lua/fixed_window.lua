@@ -23,16 +23,17 @@ local function fw_check(v, limit, len, offset, now, cost)
   local _, s0, c0 = parse2(v)
   local start, count = fw_current(s0, c0, now, len, offset)
   local finish = start + len
+  -- A cost that fits (count >= 0, so it is within the limit too) charges.
+  if cost > 0 and count + cost <= limit then
+    count = count + cost
+    return 1, 0, limit - count, 0, finish - now, string.format('%d:%d', start, count)
+  end
   local remaining, reset = math.max(0, limit - count), fw_reset(count, finish, now)
   if cost > limit then
     return 0, 1, remaining, 0, reset
   end
   if cost == 0 then
     return 1, 0, remaining, 0, reset
-  end
-  if count + cost <= limit then
-    count = count + cost
-    return 1, 0, limit - count, 0, fw_reset(count, finish, now), string.format('%d:%d', start, count)
   end
   return 0, 0, remaining, finish - now, reset
 end

@@ -72,17 +72,18 @@ local function sc_check(v, limit, len, offset, now, cost)
   local _, s0, c0, p0 = parse3(v)
   local start, cur, prev = sc_shift(s0, c0, p0, now, len, offset)
   local est = cur + sc_prev_share(len, prev, now - start)
+  -- A cost that fits (est >= 0, so it is within the limit too) charges.
+  if cost > 0 and est + cost <= limit then
+    cur = cur + cost
+    return 1, 0, limit - est - cost, 0, sc_reset(len, start, cur, prev, now),
+      string.format('%d:%d:%d', start, cur, prev)
+  end
   local remaining, reset = math.max(0, limit - est), sc_reset(len, start, cur, prev, now)
   if cost > limit then
     return 0, 1, remaining, 0, reset
   end
   if cost == 0 then
     return 1, 0, remaining, 0, reset
-  end
-  if est + cost <= limit then
-    cur = cur + cost
-    return 1, 0, limit - est - cost, 0, sc_reset(len, start, cur, prev, now),
-      string.format('%d:%d:%d', start, cur, prev)
   end
   return 0, 0, remaining, sc_fit_at(len, start, cur, prev, limit - cost) - now, reset
 end
