@@ -196,7 +196,8 @@ const (
 )
 
 // call runs op against the store: for a remote store through the circuit
-// breaker (failing fast while it is open) and within the store timeout.
+// breaker (failing fast while it is open) and within the store timeout
+// (timeout.go); a caller that has already given up makes no call.
 // failed reports a store failure; err is invalid input (matching
 // ErrInvalidRequest) or the caller's context error. A plain check that
 // failed once sent may or may not have been applied: it is counted as an
@@ -222,9 +223,9 @@ func (s *Service) call(ctx context.Context, op string, run func(ctx context.Cont
 	if !ok {
 		return true, nil
 	}
-	callCtx, cancel := context.WithTimeout(ctx, s.opts.StoreTimeout)
-	defer cancel()
-	err = run(callCtx)
+	if err = ctx.Err(); err == nil {
+		err = run(s.deadlines.context(ctx))
+	}
 	switch {
 	case errors.Is(err, tokenlimit.ErrInvalid):
 		s.breaker.Done(ticket, nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/tcprelay"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
@@ -416,6 +417,9 @@ func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
 	if h := e.svc.Health(); h.Degraded {
 		t.Errorf("Health() after 3 cancelled callers = %+v, want not degraded: Redis is fine", h)
 	}
+	if got := e.remaining(D{"user": "gone"}, "closed"); got != 100 {
+		t.Errorf("left after 3 cancelled callers: %d, want 100: a caller that gave up is not charged", got)
+	}
 	d := e.check(D{"user": "other"}, 1)
 	if !d.Allowed || d.Unavailable {
 		t.Errorf("a healthy caller after 3 cancelled ones: %s, want allowed by Redis", describe(d))
@@ -454,3 +458,68 @@ func TestHealthRecoversWithoutTraffic(t *testing.T) {
 	}
 	t.Errorf("Health() after %d probes a minute (fake) apart with Redis back and no traffic = %+v, want recovered", probes, h)
 }
+
+// A store call whose reply never comes (Redis reached but silent: a
+// stalled server, a partition) comes back on both clients, the calls in
+// flight and those queued behind them alike, and each limit follows its
+// failure mode. (When is not asserted: rueidis ends a call at the store
+// timeout, but go-redis retries a call that timed out on a new connection,
+// whose handshake waits out go-redis' own timeouts, about 5 s, whatever
+// the caller's deadline.)
+func TestSilentRedisFailsOver(t *testing.T) {
+	t.Parallel()
+	for _, client := range []string{"go-redis", "rueidis"} {
+		t.Run(client, func(t *testing.T) {
+			t.Parallel()
+			relay, err := tcprelay.Start(redistest.Start(t).Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { relay.Close() })
+			scripter, _ := dialScripter(t, client, relay.Addr())
+			st, err := redisstore.New(scripter, redisstore.Options{Prefix: "silent:", CallerTime: true, TTLPadding: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, err := service.New(testkit.ParseConfig(t, silentConfig), service.Options{
+				Store: st, Clock: testkit.NewClock(t0).Now, Logger: testkit.Quiet(),
+				StoreTimeout: 200 * time.Millisecond, BreakerThreshold: 1000, // the breaker stays closed: every call is tried
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			check := func(user int) (service.Decision, error) {
+				return svc.Check(ctx, service.Request{Descriptors: D{"user": strconv.Itoa(user)}})
+			}
+			// The first calls dial and load the functions: on a loaded
+			// machine they may take longer than the timeout.
+			testkit.Eventually(t, 30*time.Second, "a check decided by Redis", func() bool {
+				d, err := check(0)
+				return err == nil && d.Allowed && !d.Limits[0].FailOpen
+			})
+			relay.Hold(tcprelay.Replies)
+			const callers = 8 // more than the store's calls in flight: some queue
+			decisions, errs := make([]service.Decision, callers), make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Go(func() { decisions[i], errs[i] = check(i) })
+			}
+			wg.Wait()
+			for i, d := range decisions {
+				if errs[i] != nil || !d.Allowed || len(d.Limits) != 1 || !d.Limits[0].FailOpen {
+					t.Errorf("caller %d with Redis silent: %s, err %v; want allowed on the local budget", i, describe(d), errs[i])
+				}
+			}
+		})
+	}
+}
+
+// silentConfig is one fail-open limit per user that no test exhausts.
+const silentConfig = `
+limits:
+  - name: open
+    key: [user]
+    algorithm: fixed_window
+    limit: 100/h
+`

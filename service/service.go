@@ -84,6 +84,7 @@ type Service struct {
 	localStore *memstore.Store     // local's store, asked whether it holds a reservation, seeded from the store's answers
 	failOpen   *failOpen
 	breaker    *breaker.Breaker
+	deadlines  *storeDeadlines // the store calls' timeouts
 	metrics    *metrics
 	log        *slog.Logger
 	rules      atomic.Pointer[ruleset]
@@ -124,6 +125,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
 	})
 	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
+	s.deadlines = newStoreDeadlines(opts.StoreTimeout)
 	s.breaker.OnChange(s.logBreaker)
 	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
