@@ -62,17 +62,32 @@ type failOpen struct {
 
 type failOpenShard struct {
 	mu sync.Mutex
-	m  map[budgetKey]*budgetMemory
+	m  map[uint64]*budgetMemory // by slot (budgetKey.slot), chained
+	n  int                      // entries
 }
 
-// budgetKey names one budget, as the stores do.
+// budgetKey names one budget, as the stores do, with its key's hash under
+// the service's seed: the hash picks the shard and, mixed with the
+// algorithm, the map slot, so a budget is hashed once per call. Distinct
+// budgets that share a slot are chained (budgetMemory.next), and an entry
+// is its budget's only if key and algorithm are equal: a collision never
+// mixes two budgets' answers.
 type budgetKey struct {
-	key string
-	alg tokenlimit.Algorithm
+	key  string
+	alg  tokenlimit.Algorithm
+	hash uint64
 }
+
+// slot is k's map key in its shard: the same key under two algorithms is
+// two budgets, as in the stores.
+func (k budgetKey) slot() uint64 { return k.hash ^ uint64(k.alg)*0x9e3779b97f4a7c15 }
 
 // budgetMemory is what the service knows of one fail-open budget.
 type budgetMemory struct {
+	// The budget, and the next entry of its slot.
+	key  string
+	alg  tokenlimit.Algorithm
+	next *budgetMemory
 	// The store's last answer: remaining of capacity at time at; whole again
 	// at reset. known is false for an entry made by a local admission alone.
 	known     bool
@@ -113,45 +128,57 @@ func (m *budgetMemory) end(recovery time.Duration) time.Time {
 func newFailOpen(maxKeys int, recovery time.Duration, onDropped func(limit, result string, cost int64)) *failOpen {
 	f := &failOpen{hashSeed: maphash.MakeSeed(), perShard: max(1, maxKeys/failOpenShards), recovery: recovery, onDropped: onDropped}
 	for i := range f.shards {
-		f.shards[i].m = map[budgetKey]*budgetMemory{}
+		f.shards[i].m = map[uint64]*budgetMemory{}
 	}
 	return f
 }
 
-func (f *failOpen) shard(k budgetKey) *failOpenShard {
-	return &f.shards[maphash.String(f.hashSeed, k.key)%failOpenShards]
+// budget returns the budgetKey of key under alg.
+func (f *failOpen) budget(key string, alg tokenlimit.Algorithm) budgetKey {
+	return budgetKey{key: key, alg: alg, hash: maphash.String(f.hashSeed, key)}
 }
 
-func keyOf(c check) budgetKey { return budgetKey{key: c.item.Key, alg: c.item.Limit.Algorithm} }
+func (f *failOpen) keyOf(c check) budgetKey { return f.budget(c.item.Key, c.item.Limit.Algorithm) }
+
+func (f *failOpen) shard(k budgetKey) *failOpenShard {
+	return &f.shards[k.hash%failOpenShards]
+}
 
 // entry returns k's entry in sh, making one (evicting if full) when create
 // is true; nil otherwise. The caller holds sh.mu.
 func (f *failOpen) entry(sh *failOpenShard, k budgetKey, create bool, now time.Time) *budgetMemory {
-	if m, ok := sh.m[k]; ok {
-		return m
+	slot := k.slot()
+	for m := sh.m[slot]; m != nil; m = m.next {
+		if m.alg == k.alg && m.key == k.key {
+			return m
+		}
 	}
 	if !create {
 		return nil
 	}
-	if len(sh.m) >= f.perShard {
-		f.evict(sh, now)
+	if sh.n >= f.perShard {
+		f.evict(sh, now) // may unlink an entry of this slot
 	}
-	m := &budgetMemory{}
-	sh.m[k] = m
+	m := &budgetMemory{key: k.key, alg: k.alg, next: sh.m[slot]}
+	sh.m[slot] = m
+	sh.n++
 	return m
 }
 
 // evict drops the sampled entry whose usefulness ends first. The caller
 // holds sh.mu.
 func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
-	var victim budgetKey
+	var victim uint64
 	var vm *budgetMemory
 	n := 0
-	for k, m := range sh.m { // map iteration starts at a random entry
-		if vm == nil || m.end(f.recovery).Before(vm.end(f.recovery)) {
-			victim, vm = k, m
+	for slot, head := range sh.m { // map iteration starts at a random slot
+		for m := head; m != nil && n < evictionSamples; m = m.next {
+			if vm == nil || m.end(f.recovery).Before(vm.end(f.recovery)) {
+				victim, vm = slot, m
+			}
+			n++
 		}
-		if n++; n == evictionSamples {
+		if n == evictionSamples {
 			break
 		}
 	}
@@ -169,7 +196,26 @@ func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
 	if vm.recovering {
 		f.recovering.Add(-1)
 	}
-	delete(sh.m, victim)
+	sh.remove(victim, vm)
+}
+
+// remove unlinks m from the chain of slot. The caller holds sh.mu.
+func (sh *failOpenShard) remove(slot uint64, m *budgetMemory) {
+	sh.n--
+	head := sh.m[slot]
+	switch {
+	case head == m && m.next == nil:
+		delete(sh.m, slot)
+	case head == m:
+		sh.m[slot] = m.next
+	default:
+		for p := head; p.next != nil; p = p.next {
+			if p.next == m {
+				p.next = m.next
+				return
+			}
+		}
+	}
 }
 
 // remember records the store's answers for the fail-open checks among
@@ -179,7 +225,7 @@ func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now
 		if !c.limit.FailOpen || c.limit.Shadow {
 			continue
 		}
-		k, r := keyOf(c), results[i]
+		k, r := f.keyOf(c), results[i]
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, true, now)
@@ -201,7 +247,7 @@ func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now
 // local state (whole, if it never failed over).
 func (f *failOpen) seed(local *memstore.Store, checks []check, now time.Time) error {
 	for _, c := range checks {
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		err := f.seedOne(local, sh, k, c.item.Limit, now)
@@ -274,7 +320,7 @@ func (f *failOpen) admitted(checks []check, results []tokenlimit.Result, at, now
 		if c.limit.Concurrency || c.item.Cost == 0 {
 			continue
 		}
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, true, now)
@@ -306,7 +352,7 @@ func (f *failOpen) hasPending(checks []check, now time.Time) bool {
 		return false
 	}
 	for _, c := range checks {
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, false, now)
@@ -327,7 +373,7 @@ func (f *failOpen) takePending(checks []check, now time.Time) (w writeback) {
 		return w
 	}
 	for _, c := range checks {
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, false, now)
@@ -360,7 +406,7 @@ func (f *failOpen) takePending(checks []check, now time.Time) (w writeback) {
 // would admit past the limit.
 func (f *failOpen) putBack(w writeback, now time.Time) {
 	for i, a := range w.adjs {
-		k := budgetKey{key: a.Key, alg: a.Limit.Algorithm}
+		k := f.budget(a.Key, a.Limit.Algorithm)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, true, now)

@@ -58,7 +58,7 @@ func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, 
 		if c.limit.Concurrency {
 			continue
 		}
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, true, now)
@@ -77,7 +77,7 @@ func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, 
 // writtenBack records that the store took the write-back adjs at now.
 func (f *failOpen) writtenBack(adjs []tokenlimit.Adjustment, now time.Time) {
 	for _, a := range adjs {
-		k := budgetKey{key: a.Key, alg: a.Limit.Algorithm}
+		k := f.budget(a.Key, a.Limit.Algorithm)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		if m := f.entry(sh, k, false, now); m != nil {
@@ -99,7 +99,7 @@ func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check,
 		if !c.limit.FailOpen || c.limit.Shadow || c.limit.Concurrency || c.item.Cost == 0 {
 			continue
 		}
-		k := keyOf(c)
+		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, false, now)
