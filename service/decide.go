@@ -21,8 +21,10 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 	if d, ok := s.cachedDenial(p); ok {
 		return d, nil
 	}
-	d := Decision{Allowed: true, At: s.opts.Clock()}
-	if len(p.enforced) > 0 {
+	d := Decision{Allowed: true}
+	if len(p.enforced) == 0 {
+		d.At = s.opts.Clock()
+	} else {
 		h, hd, ok := s.holdLocal(ctx, p.enforced)
 		if !ok {
 			return hd, nil
@@ -130,7 +132,7 @@ func (s *Service) checkStore(ctx context.Context, checks []check) (d storeDecisi
 		return nil
 	})
 	if !failed && err == nil {
-		s.failOpen.remember(checks, d.Results, d.At, s.opts.Clock())
+		s.failOpen.remember(checks, d.Results, d.At, s.opts.Clock)
 	}
 	return d, failed, err
 }
@@ -158,6 +160,9 @@ func allAllowed(results []tokenlimit.Result) bool {
 // included), before that call's own request: the sooner the store counts
 // it, the less it grants other replicas that it has already admitted.
 func (s *Service) writeBack(ctx context.Context, checks []check) error {
+	if !s.failOpen.anyPending() {
+		return nil
+	}
 	return s.charge(ctx, s.failOpen.takePending(checks, s.opts.Clock()))
 }
 

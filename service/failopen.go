@@ -144,23 +144,28 @@ func (f *failOpen) shard(k budgetKey) *failOpenShard {
 	return &f.shards[k.hash%failOpenShards]
 }
 
-// entry returns k's entry in sh, making one (evicting if full) when create
-// is true; nil otherwise. The caller holds sh.mu.
-func (f *failOpen) entry(sh *failOpenShard, k budgetKey, create bool, now time.Time) *budgetMemory {
-	slot := k.slot()
-	for m := sh.m[slot]; m != nil; m = m.next {
+// find returns k's entry in sh, or nil if it has none. The caller holds
+// sh.mu.
+func (f *failOpen) find(sh *failOpenShard, k budgetKey) *budgetMemory {
+	for m := sh.m[k.slot()]; m != nil; m = m.next {
 		if m.alg == k.alg && m.key == k.key {
 			return m
 		}
 	}
-	if !create {
-		return nil
+	return nil
+}
+
+// entry returns k's entry in sh, making one (evicting at now if full) if it
+// has none. The caller holds sh.mu.
+func (f *failOpen) entry(sh *failOpenShard, k budgetKey, now time.Time) *budgetMemory {
+	if m := f.find(sh, k); m != nil {
+		return m
 	}
 	if sh.n >= f.perShard {
-		f.evict(sh, now) // may unlink an entry of this slot
+		f.evict(sh, now) // may unlink an entry of k's slot
 	}
-	m := &budgetMemory{key: k.key, alg: k.alg, next: sh.m[slot]}
-	sh.m[slot] = m
+	m := &budgetMemory{key: k.key, alg: k.alg, next: sh.m[k.slot()]}
+	sh.m[k.slot()] = m
 	sh.n++
 	return m
 }
@@ -219,8 +224,10 @@ func (sh *failOpenShard) remove(slot uint64, m *budgetMemory) {
 }
 
 // remember records the store's answers for the fail-open checks among
-// checks, decided at at.
-func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now time.Time) {
+// checks, decided at at. It reads clock only to make an entry or to end a
+// recovering budget's wait for the store: a known budget that does not
+// recover is remembered without reading the time.
+func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at time.Time, clock func() time.Time) {
 	for i, c := range checks {
 		if !c.limit.FailOpen || c.limit.Shadow {
 			continue
@@ -228,14 +235,19 @@ func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at, now
 		k, r := f.keyOf(c), results[i]
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, true, now)
+		m := f.find(sh, k)
+		if m == nil {
+			m = f.entry(sh, k, clock())
+		}
 		// Answers of concurrent calls arrive in any order: keep the latest,
 		// and of answers at the same time the one with less left.
 		if !m.known || at.After(m.at) || (at.Equal(m.at) && r.Remaining < m.remaining) || r.Limit != m.capacity {
 			m.known, m.seeded = true, false
 			m.remaining, m.capacity, m.at, m.reset = r.Remaining, r.Limit, at, at.Add(r.ResetAfter)
 		}
-		m.storeAnswered(now)
+		if m.recovering {
+			m.storeAnswered(clock())
+		}
 		sh.mu.Unlock()
 	}
 }
@@ -262,7 +274,7 @@ func (f *failOpen) seed(local *memstore.Store, checks []check, now time.Time) er
 // seedOne seeds one budget; the caller holds sh.mu, so that requests
 // failing over at once seed it once, and none decides on it half seeded.
 func (f *failOpen) seedOne(local *memstore.Store, sh *failOpenShard, k budgetKey, localLimit tokenlimit.Limit, now time.Time) error {
-	m := f.entry(sh, k, false, now)
+	m := f.find(sh, k)
 	if m == nil || !m.known || m.seeded {
 		return nil
 	}
@@ -323,7 +335,7 @@ func (f *failOpen) admitted(checks []check, results []tokenlimit.Result, at, now
 		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, true, now)
+		m := f.entry(sh, k, now)
 		if m.pending == 0 {
 			f.pending.Add(1)
 		}
@@ -345,17 +357,21 @@ type writeback struct {
 	untils []time.Time
 }
 
+// anyPending reports whether any budget has cost waiting to be written
+// back.
+func (f *failOpen) anyPending() bool { return f.pending.Load() > 0 }
+
 // hasPending reports whether any of checks has cost waiting to be written
 // back.
-func (f *failOpen) hasPending(checks []check, now time.Time) bool {
-	if f.pending.Load() == 0 {
+func (f *failOpen) hasPending(checks []check) bool {
+	if !f.anyPending() {
 		return false
 	}
 	for _, c := range checks {
 		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, false, now)
+		m := f.find(sh, k)
 		has := m != nil && m.pending > 0
 		sh.mu.Unlock()
 		if has {
@@ -369,14 +385,14 @@ func (f *failOpen) hasPending(checks []check, now time.Time) bool {
 // checks, as adjustments charged at now. Budgets whose local charges would
 // have refilled by now are dropped and reported as expired.
 func (f *failOpen) takePending(checks []check, now time.Time) (w writeback) {
-	if f.pending.Load() == 0 {
+	if !f.anyPending() {
 		return w
 	}
 	for _, c := range checks {
 		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, false, now)
+		m := f.find(sh, k)
 		var cost int64
 		var name string
 		var until time.Time
@@ -409,7 +425,7 @@ func (f *failOpen) putBack(w writeback, now time.Time) {
 		k := f.budget(a.Key, a.Limit.Algorithm)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, true, now)
+		m := f.entry(sh, k, now)
 		if m.pending == 0 {
 			f.pending.Add(1)
 		}

@@ -62,7 +62,7 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 // charge would but makes no new key live.
 func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 	rules := s.rules.Load()
-	now := s.opts.Clock()
+	var now time.Time // read once a limit needs it: a calendar window, max_keys
 	var p plan
 	for i, r := range reqs {
 		if err := s.validate(i, r); err != nil {
@@ -78,6 +78,9 @@ func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 			key, ok := applies(l, desc, rules.cfg.HashTag)
 			if !ok || (l.Concurrency && !inFlight) {
 				continue
+			}
+			if now.IsZero() && (l.Calendar != config.NoCalendar || l.MaxKeys != 0) {
+				now = s.opts.Clock()
 			}
 			limit, suffix := effective(rules.cfg, l, desc, now)
 			key = s.boundKey(rules, l, key, suffix, limit, now, take)

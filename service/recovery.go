@@ -61,7 +61,7 @@ func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, 
 		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, true, now)
+		m := f.entry(sh, k, now)
 		if !m.recovering {
 			m.recovering = true
 			f.recovering.Add(1)
@@ -80,19 +80,23 @@ func (f *failOpen) writtenBack(adjs []tokenlimit.Adjustment, now time.Time) {
 		k := f.budget(a.Key, a.Limit.Algorithm)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		if m := f.entry(sh, k, false, now); m != nil {
+		if m := f.find(sh, k); m != nil {
 			m.storeAnswered(now)
 		}
 		sh.mu.Unlock()
 	}
 }
 
+// anyRecovering reports whether any budget recovers: if none does, no
+// request has anything to hold.
+func (f *failOpen) anyRecovering() bool { return f.recovering.Load() > 0 }
+
 // recoveringChecks returns those of checks whose budgets recover at now: a
 // request must be admitted on their local budgets as well as by the store.
 // unseen reports that the store has not answered for one of them since its
 // local budget did. A budget whose recovery has ended stops recovering.
 func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check, unseen bool) {
-	if f.recovering.Load() == 0 {
+	if !f.anyRecovering() {
 		return nil, false
 	}
 	for _, c := range checks {
@@ -102,7 +106,7 @@ func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check,
 		k := f.keyOf(c)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		m := f.entry(sh, k, false, now)
+		m := f.find(sh, k)
 		in := m != nil && m.recovering && now.Before(m.recoveryEnd(f.recovery))
 		if m != nil && m.recovering && !in {
 			m.recovering = false
@@ -132,7 +136,7 @@ type hold struct {
 // refuses calls it holds nothing: the store call fails at once and the
 // request is decided on the local budget as in any outage.
 func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Decision, ok bool) {
-	if !s.breaker.Ready() {
+	if !s.failOpen.anyRecovering() || !s.breaker.Ready() {
 		return hold{}, Decision{}, true
 	}
 	recovering, unseen := s.failOpen.recoveringChecks(checks, s.opts.Clock())
@@ -157,7 +161,7 @@ func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Deci
 		h.at = ld.At
 		return h, Decision{}, true
 	}
-	if unseen || s.failOpen.hasPending(recovering, s.opts.Clock()) {
+	if unseen || s.failOpen.hasPending(recovering) {
 		s.peek(ctx, recovering)
 	}
 	return hold{}, Decision{At: ld.At, Limits: outcomes(h.checks, ld.Results, true)}, false
