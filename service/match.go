@@ -65,10 +65,11 @@ func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 	var now time.Time // read once a limit needs it: a calendar window, max_keys
 	var p plan
 	for i, r := range reqs {
-		if err := s.validate(i, r); err != nil {
+		empty, err := s.validate(i, r)
+		if err != nil {
 			return plan{}, err
 		}
-		desc := enrich(rules.cfg, r.Descriptors)
+		desc := enrich(rules.cfg, r.Descriptors, empty)
 		cost := r.Cost
 		if cost == 0 {
 			cost = 1
@@ -95,36 +96,39 @@ func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 	return p, nil
 }
 
-func (s *Service) validate(i int, r Request) error {
+// validate checks request i, r, and reports whether one of its descriptors
+// has an empty value (enrich drops them).
+func (s *Service) validate(i int, r Request) (empty bool, err error) {
 	if r.Spend < 0 || r.Spend > tokenlimit.MaxCost {
-		return invalid("requests[%d].spend: must be between 0 and %d micro-dollars, got %d", i, int64(tokenlimit.MaxCost), r.Spend)
+		return false, invalid("requests[%d].spend: must be between 0 and %d micro-dollars, got %d", i, int64(tokenlimit.MaxCost), r.Spend)
 	}
 	if r.Cost < 0 || r.Cost > tokenlimit.MaxCost {
-		return invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
+		return false, invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
 	}
 	for name, v := range r.Descriptors {
+		empty = empty || v == ""
 		switch {
 		case name == "" || len(name) > 64:
-			return invalid("requests[%d].descriptors: names must be 1-64 bytes, got %q", i, name)
+			return false, invalid("requests[%d].descriptors: names must be 1-64 bytes, got %q", i, name)
 		case !utf8.ValidString(name):
-			return invalid("requests[%d].descriptors: names must be valid UTF-8, got %q", i, name)
+			return false, invalid("requests[%d].descriptors: names must be valid UTF-8, got %q", i, name)
 		case len(v) > s.opts.MaxDescriptorLength:
-			return invalid("requests[%d].descriptors.%s: at most %d bytes, got %d", i, name, s.opts.MaxDescriptorLength, len(v))
+			return false, invalid("requests[%d].descriptors.%s: at most %d bytes, got %d", i, name, s.opts.MaxDescriptorLength, len(v))
 		case !utf8.ValidString(v):
 			// Refused rather than repaired: replacing the invalid bytes
 			// would give distinct values one budget.
-			return invalid("requests[%d].descriptors.%s: not valid UTF-8", i, name)
+			return false, invalid("requests[%d].descriptors.%s: not valid UTF-8", i, name)
 		}
 	}
-	return nil
+	return empty, nil
 }
 
 // enrich adds what the configuration knows of the request's api key (user,
 // tenant, plan) and the default plan, without overriding given descriptors,
-// and drops empty values. The result must not be modified: when there is
-// nothing to add or drop it is d itself.
-func enrich(cfg *config.Config, d map[string]string) map[string]string {
-	if !needsEnrich(cfg, d) {
+// and drops empty values (empty reports whether d has one). The result must
+// not be modified: when there is nothing to add or drop it is d itself.
+func enrich(cfg *config.Config, d map[string]string, empty bool) map[string]string {
+	if !empty && !needsEnrich(cfg, d) {
 		return d
 	}
 	out := make(map[string]string, len(d)+3)
@@ -142,18 +146,28 @@ func enrich(cfg *config.Config, d map[string]string) map[string]string {
 	return out
 }
 
-// needsEnrich reports whether enrich would change d: it has an empty value,
-// a known api key, or no plan while the configuration has a default one.
+// needsEnrich reports whether enrich would add to d, which has no empty
+// value: it has a known api key, or no plan while the configuration has a
+// default one.
 func needsEnrich(cfg *config.Config, d map[string]string) bool {
+	if len(cfg.APIKeys) > 0 {
+		if k := d["api_key"]; k != "" {
+			if _, ok := cfg.APIKeys[k]; ok {
+				return true
+			}
+		}
+	}
+	return cfg.DefaultPlan != "" && d["plan"] == ""
+}
+
+// hasEmpty reports whether one of d's values is empty.
+func hasEmpty(d map[string]string) bool {
 	for _, v := range d {
 		if v == "" {
 			return true
 		}
 	}
-	if _, ok := cfg.APIKeys[d["api_key"]]; ok && d["api_key"] != "" {
-		return true
-	}
-	return cfg.DefaultPlan != "" && d["plan"] == ""
+	return false
 }
 
 func setIfEmpty(d map[string]string, k, v string) {

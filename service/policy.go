@@ -133,7 +133,7 @@ func (s *Service) LimitFor(name string, descriptors map[string]string) (l tokenl
 		if cl.Name != name {
 			continue
 		}
-		l, _ = effective(cfg, cl, enrich(cfg, descriptors), s.opts.Clock())
+		l, _ = effective(cfg, cl, enrich(cfg, descriptors, hasEmpty(descriptors)), s.opts.Clock())
 		return l, true
 	}
 	return tokenlimit.Limit{}, false
