@@ -45,7 +45,7 @@ func (d *storeDeadlines) context(ctx context.Context) context.Context {
 	if at, ok := ctx.Deadline(); ok && !at.After(sd.at) {
 		return ctx
 	}
-	return &storeContext{Context: ctx, deadline: sd}
+	return &storeContext{Context: context.WithoutCancel(ctx), deadline: sd}
 }
 
 // shared returns a deadline no earlier than want and at most a tick later.
@@ -77,9 +77,11 @@ func newSharedDeadline(at time.Time) *sharedDeadline {
 }
 
 // storeContext is the context of one store call: its caller's values, and
-// the shared deadline's end.
+// the shared deadline's end. It holds the caller's context without its
+// cancellation, so context.Cause reports the shared deadline, not a cause
+// of the caller's.
 type storeContext struct {
-	context.Context // the caller's, for its values
+	context.Context // the caller's without its cancellation, for its values
 	deadline        *sharedDeadline
 }
 

@@ -12,12 +12,14 @@ type ctxKey struct{}
 // A store call's context carries its caller's values and ends at the
 // shared deadline: no earlier than the timeout after the call starts, at
 // most a tick later. A caller whose own deadline comes first keeps its
-// context.
+// context. The caller's cancellation does not reach it, and its cause is
+// its own deadline even below a cancelable context, such as an RPC's.
 func TestStoreContextEndsAtTheSharedDeadline(t *testing.T) {
 	t.Parallel()
 	const timeout = 20 * time.Millisecond
 	d := newStoreDeadlines(timeout)
-	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+	parent, cancelParent := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
+	defer cancelParent(nil)
 	before := time.Now()
 	ctx := d.context(parent)
 	after := time.Now()
@@ -34,6 +36,10 @@ func TestStoreContextEndsAtTheSharedDeadline(t *testing.T) {
 		default:
 			t.Errorf("Err = %v before Done is closed", err)
 		}
+	}
+	cancelParent(errors.New("the caller gave up"))
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Cause after the caller gave up = %v, want nil or DeadlineExceeded", err)
 	}
 	<-ctx.Done()
 	if err := ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
