@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/validutf8"
 )
 
 // ruleset is one configuration, compiled. It is immutable once built.
@@ -110,11 +110,11 @@ func (s *Service) validate(i int, r Request) (empty bool, err error) {
 		switch {
 		case name == "" || len(name) > 64:
 			return false, invalid("requests[%d].descriptors: names must be 1-64 bytes, got %q", i, name)
-		case !utf8.ValidString(name):
+		case !validutf8.String(name):
 			return false, invalid("requests[%d].descriptors: names must be valid UTF-8, got %q", i, name)
 		case len(v) > s.opts.MaxDescriptorLength:
 			return false, invalid("requests[%d].descriptors.%s: at most %d bytes, got %d", i, name, s.opts.MaxDescriptorLength, len(v))
-		case !utf8.ValidString(v):
+		case !validutf8.String(v):
 			// Refused rather than repaired: replacing the invalid bytes
 			// would give distinct values one budget.
 			return false, invalid("requests[%d].descriptors.%s: not valid UTF-8", i, name)

@@ -2,7 +2,6 @@ package rlsv3
 
 import (
 	"errors"
-	"unicode/utf8"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tokenlimit/tokenlimit/internal/validutf8"
 )
 
 // Codec returns the gRPC codec for a server of the Rate Limit Service
@@ -183,7 +184,7 @@ type oneDescriptor struct {
 // UTF-8 as proto3 strings do.
 func (d *decoder) str(f *fields) (string, error) {
 	v := d.s[f.start:f.stop]
-	if !utf8.ValidString(v) {
+	if !validutf8.String(v) {
 		return "", errUTF8
 	}
 	return v, nil
