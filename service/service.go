@@ -382,21 +382,24 @@ type Decision struct {
 // Tightest returns the enforced outcome that constrains the request most (see
 // tokenlimit.Decision.Tightest), for rate-limit headers; false if none.
 func (d Decision) Tightest() (Outcome, bool) {
-	// Small arrays keep the usual few limits off the heap.
-	var resultsBuf [8]tokenlimit.Result
-	var indexBuf [8]int
-	results, index := resultsBuf[:0], indexBuf[:0]
-	for i, o := range d.Limits {
-		if !o.Shadow {
-			results = append(results, o.Result)
-			index = append(index, i)
+	best := -1
+	for i := range d.Limits {
+		if !d.Limits[i].Shadow && (best < 0 || Tighter(d.Limits[i].Result, d.Limits[best].Result)) {
+			best = i
 		}
 	}
-	i := tokenlimit.Decision{Results: results}.Tightest()
-	if i < 0 {
+	if best < 0 {
 		return Outcome{}, false
 	}
-	return d.Limits[index[i]], true
+	return d.Limits[best], true
+}
+
+// Tighter reports whether result a constrains a request more than b, as
+// tokenlimit.Decision.Tightest ranks results: of a list, Tightest picks
+// the first result that no later one is Tighter than.
+func Tighter(a, b tokenlimit.Result) bool {
+	pair := [2]tokenlimit.Result{b, a}
+	return tokenlimit.Decision{Results: pair[:]}.Tightest() == 1
 }
 
 // Check decides requests against the limits they select, all or nothing:

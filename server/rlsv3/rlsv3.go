@@ -257,23 +257,24 @@ func newAnswer(n int) (*rlspb.RateLimitResponse, []rlspb.RateLimitResponse_Descr
 // holds the reset).
 func descriptorStatus(st *rlspb.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration, d service.Decision, policies []service.Policy, r int, limits *limitCache) {
 	st.Code = rlspb.RateLimitResponse_OK
-	var buf [4]service.Outcome // the usual few limits stay off the heap
-	sub := service.Decision{Allowed: true, Limits: buf[:0]}
-	for _, o := range d.Limits {
+	best := -1
+	for i := range d.Limits {
+		o := &d.Limits[i]
 		if o.Shadow || o.Request != r {
 			continue
 		}
-		sub.Limits = append(sub.Limits, o)
 		if !o.Allowed {
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			sub.Allowed = false
+		}
+		if best < 0 || service.Tighter(o.Result, d.Limits[best].Result) {
+			best = i
 		}
 	}
-	if len(sub.Limits) == 0 {
+	if best < 0 {
 		return
 	}
-	t, _ := sub.Tightest()
-	st.CurrentLimit = limits.get(t.Name, policyOf(d, policies, t))
+	t := &d.Limits[best]
+	st.CurrentLimit = limits.get(t.Name, policyOf(d, policies, *t))
 	st.LimitRemaining = clamp32(t.Remaining)
 	dur.Seconds, dur.Nanos = int64(t.ResetAfter/time.Second), int32(t.ResetAfter%time.Second)
 	st.DurationUntilReset = dur
