@@ -89,11 +89,16 @@ func (f Fields) Pairs() []Pair {
 	return p
 }
 
-// Render writes f's header values into values and returns their canonical
-// names and count, in the order of Pairs: what Pairs returns, without
-// allocating the pairs. The values share one string, the one allocation.
-func (f Fields) Render(values *[6]string) (names *[6]string, n int) {
-	return f.render(values)
+// RenderLower writes f's header values into values and returns their
+// names in lower case, as HTTP/2 writes them, and their count, in the
+// order of Pairs: what Pairs returns, without allocating the pairs. The
+// values share one string, the one allocation.
+func (f Fields) RenderLower(values *[6]string) (names *[6]string, n int) {
+	names, n = f.render(values)
+	if names == &allNames {
+		return &allLowerNames, n
+	}
+	return &noPolicyLowerNames, n
 }
 
 // SetHTTP sets f's headers in h. Keys are set directly, already canonical
@@ -154,6 +159,9 @@ func (f Fields) render(values *[6]string) (*[6]string, int) {
 var (
 	allNames      = [6]string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset, RateLimit, RateLimitPolicy, RetryAfter}
 	noPolicyNames = [6]string{XRateLimitLimit, XRateLimitRemaining, XRateLimitReset, RateLimit, RetryAfter}
+
+	allLowerNames      = [6]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit", "ratelimit-policy", "retry-after"}
+	noPolicyLowerNames = [6]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit", "retry-after"}
 )
 
 // SetOpenAI sets OpenAI's X-Ratelimit-{Limit,Remaining,Reset}-<unit> from
@@ -195,6 +203,9 @@ func sfString(s string) string {
 // appendSFString appends sfString(s) to b.
 func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
+	if plainSF(s) {
+		return append(append(b, s...), '"')
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -207,4 +218,15 @@ func appendSFString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// plainSF reports whether s is printable ASCII without '"' or '\\': a
+// Structured Field String as it is, between the quotes.
+func plainSF(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

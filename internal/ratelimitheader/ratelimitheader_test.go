@@ -3,6 +3,7 @@ package ratelimitheader
 import (
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ func TestSFString(t *testing.T) {
 		`a"b\c`:      `"a\"b\\c"`,
 		"tab\there":  `"tab?here"`,
 		"é":          `"??"`,
+		"a\x7fb":     `"a?b"`,
 	} {
 		if got := sfString(in); got != want {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
@@ -72,6 +74,30 @@ func TestCeilMillis(t *testing.T) {
 	} {
 		if got := CeilMillis(d).String(); got != want {
 			t.Errorf("CeilMillis(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+// RenderLower renders what Pairs does, the names in lower case, with and
+// without RateLimit-Policy and Retry-After.
+func TestRenderLowerIsPairs(t *testing.T) {
+	t.Parallel()
+	for _, f := range []Fields{
+		Of("api", tokenlimit.Result{Limit: 10, Remaining: 2, RetryAfter: time.Second}, true, 5*time.Second),
+		Of("api", tokenlimit.Result{Allowed: true, Limit: 10, Remaining: 9}, false, 5*time.Second),
+		Of("api", tokenlimit.Result{Limit: 10, RetryAfter: time.Second}, true, 0),
+		Of("api", tokenlimit.Result{Allowed: true, Limit: 10, Remaining: 9}, false, 0),
+	} {
+		var values [6]string
+		names, n := f.RenderLower(&values)
+		pairs := f.Pairs()
+		if n != len(pairs) {
+			t.Fatalf("%+v: RenderLower gave %d headers, Pairs %d", f, n, len(pairs))
+		}
+		for i, p := range pairs {
+			if names[i] != strings.ToLower(p.Name) || values[i] != p.Value {
+				t.Errorf("%+v: header %d is %s: %s, want %s: %s", f, i, names[i], values[i], strings.ToLower(p.Name), p.Value)
+			}
 		}
 	}
 }

@@ -388,32 +388,12 @@ func policyOf(d service.Decision, policies []service.Policy, t service.Outcome) 
 // them, and returns them.
 func fillHeaders(b *headerBlock, t service.Outcome, pol service.Policy, denied bool) []*corepb.HeaderValue {
 	var values [6]string
-	names, n := ratelimitheader.Of(t.Name, t.Result, denied, pol.Window).Render(&values)
+	names, n := ratelimitheader.Of(t.Name, t.Result, denied, pol.Window).RenderLower(&values)
 	for i := range n {
-		b.values[i].Key, b.values[i].Value = lowerName(names[i]), values[i]
+		b.values[i].Key, b.values[i].Value = names[i], values[i]
 		b.ptrs[i] = &b.values[i]
 	}
 	return b.ptrs[:n]
-}
-
-// lowerName is a canonical header name of package ratelimitheader in lower
-// case, without allocating for the names it renders.
-func lowerName(name string) string {
-	switch name {
-	case ratelimitheader.RetryAfter:
-		return "retry-after"
-	case ratelimitheader.XRateLimitLimit:
-		return "x-ratelimit-limit"
-	case ratelimitheader.XRateLimitRemaining:
-		return "x-ratelimit-remaining"
-	case ratelimitheader.XRateLimitReset:
-		return "x-ratelimit-reset"
-	case ratelimitheader.RateLimit:
-		return "ratelimit"
-	case ratelimitheader.RateLimitPolicy:
-		return "ratelimit-policy"
-	}
-	return strings.ToLower(name)
 }
 
 func clamp32(v int64) uint32 {
