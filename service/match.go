@@ -20,6 +20,15 @@ type ruleset struct {
 	// bounds tracks the live keys of each limit with max_keys, by name;
 	// the trackers are shared with the ruleset a reload replaces.
 	bounds map[string]*keyBound
+	// matches holds each limit's Match (by index in cfg.Limits) as a
+	// slice, quicker to walk per request than the map.
+	matches [][]match
+}
+
+// match is one descriptor a limit's Match requires, and its pattern.
+type match struct {
+	name    string
+	pattern config.Pattern
 }
 
 // compile builds the ruleset of cfg; old, the ruleset it replaces (nil at
@@ -29,7 +38,18 @@ func compile(cfg *config.Config, version int64, old *ruleset) *ruleset {
 	if old != nil {
 		bounds = old.bounds
 	}
-	return &ruleset{version: version, cfg: cfg, bounds: keyBounds(cfg, bounds)}
+	return &ruleset{version: version, cfg: cfg, bounds: keyBounds(cfg, bounds), matches: matches(cfg)}
+}
+
+// matches returns the Match of each of cfg's limits as a slice.
+func matches(cfg *config.Config) [][]match {
+	out := make([][]match, len(cfg.Limits))
+	for i, l := range cfg.Limits {
+		for name, p := range l.Match {
+			out[i] = append(out[i], match{name, p})
+		}
+	}
+	return out
 }
 
 // check is one limit to decide for one request.
@@ -76,7 +96,7 @@ func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
 		}
 		for li := range rules.cfg.Limits {
 			l := &rules.cfg.Limits[li]
-			key, ok := applies(l, desc, rules.cfg.HashTag)
+			key, ok := applies(l, rules.matches[li], desc, rules.cfg.HashTag)
 			if !ok || (l.Concurrency && !inFlight) {
 				continue
 			}
@@ -176,17 +196,17 @@ func setIfEmpty(d map[string]string, k, v string) {
 	}
 }
 
-// applies reports whether l selects a request with descriptors d, and the
-// budget's key: "<name>|<dim>=<value>|...", values escaped so that no value
-// can forge another key or a Redis Cluster hash tag, and api keys replaced
-// by their digest (DigestAPIKey) so that no secret is stored in a key or
-// shown in an answer. When the limit is keyed by the hashTag descriptor,
+// applies reports whether l, whose Match is match, selects a request with
+// descriptors d, and the budget's key: "<name>|<dim>=<value>|...", values
+// escaped so that no value can forge another key or a Redis Cluster hash
+// tag, and api keys replaced by their digest (DigestAPIKey) so that no
+// secret is stored in a key or shown in an answer. When the limit is keyed by the hashTag descriptor,
 // the key starts with "{<dim>=<value>}": the budgets of one request that
 // share it land in one Redis Cluster slot.
-func applies(l *config.Limit, d map[string]string, hashTag string) (string, bool) {
-	for name, p := range l.Match {
-		v, ok := d[name]
-		if !ok || !p.Matches(v) {
+func applies(l *config.Limit, match []match, d map[string]string, hashTag string) (string, bool) {
+	for _, m := range match {
+		v, ok := d[m.name]
+		if !ok || !m.pattern.Matches(v) {
 			return "", false
 		}
 	}
@@ -244,8 +264,10 @@ func keyValue(dim, v string) string {
 // becomes the window of the current day or month, labelled in the key.
 func effective(cfg *config.Config, l *config.Limit, desc map[string]string, now time.Time) (tokenlimit.Limit, string) {
 	limit := l.Limit
-	if o, ok := cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
-		limit = o
+	if len(cfg.APIKeys) > 0 {
+		if o, ok := cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
+			limit = o
+		}
 	}
 	if l.Calendar == config.NoCalendar {
 		return limit, ""
