@@ -151,16 +151,17 @@ func requests(req *rlspb.RateLimitRequest, out []service.Request) ([]service.Req
 		m := make(map[string]string, len(entries)+1)
 		for j, e := range entries {
 			key := e.GetKey()
-			switch _, dup := m[key]; {
+			switch {
 			case key == "":
 				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: must not be empty", i, j)
 			case key == DomainDescriptor:
 				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: %q is reserved for the request's domain", i, j, key)
-			case dup:
+			}
+			m[key] = e.GetValue()
+			if len(m) == j { // the key was there: it repeats an earlier entry
 				k := slices.IndexFunc(entries, func(e *commonpb.RateLimitDescriptor_Entry) bool { return e.GetKey() == key })
 				return nil, fmt.Errorf("descriptors[%d].entries[%d].key: %q repeats entries[%d]", i, j, key, k)
 			}
-			m[key] = e.GetValue()
 		}
 		m[DomainDescriptor] = domain
 		cost, err := cost(req, i)
