@@ -196,15 +196,15 @@ func setIfEmpty(d map[string]string, k, v string) {
 	}
 }
 
-// applies reports whether l, whose Match is match, selects a request with
+// applies reports whether l, whose Match is want, selects a request with
 // descriptors d, and the budget's key: "<name>|<dim>=<value>|...", values
 // escaped so that no value can forge another key or a Redis Cluster hash
 // tag, and api keys replaced by their digest (DigestAPIKey) so that no
-// secret is stored in a key or shown in an answer. When the limit is keyed by the hashTag descriptor,
-// the key starts with "{<dim>=<value>}": the budgets of one request that
-// share it land in one Redis Cluster slot.
-func applies(l *config.Limit, match []match, d map[string]string, hashTag string) (string, bool) {
-	for _, m := range match {
+// secret is stored in a key or shown in an answer. When the limit is keyed
+// by the hashTag descriptor, the key starts with "{<dim>=<value>}": the
+// budgets of one request that share it land in one Redis Cluster slot.
+func applies(l *config.Limit, want []match, d map[string]string, hashTag string) (string, bool) {
+	for _, m := range want {
 		v, ok := d[m.name]
 		if !ok || !m.pattern.Matches(v) {
 			return "", false
