@@ -232,7 +232,8 @@ func TestReplicatedClusterFailsOver(t *testing.T) {
 	}
 	if err := c.WaitFailover(i); err != nil {
 		nodes, _ := c.Node((i+1)%3).Do("CLUSTER", "NODES")
-		t.Fatalf("%v\nCLUSTER NODES:\n%s\n%s", err, nodes, c.Replica(i).logTail())
+		t.Fatalf("%v\nCLUSTER NODES:\n%s\nthe replica: %s\nthe other masters, which vote:\n%s\n%s",
+			err, nodes, c.Replica(i).logTail(), c.Node((i+1)%3).logTail(), c.Node((i+2)%3).logTail())
 	}
 	if got, err := c.Replica(i).Do("GET", "a"); err != nil || got != "1" {
 		t.Errorf("GET a on the promoted replica = %q, %v; want 1\n%s", got, err, c.Replica(i).logTail())
