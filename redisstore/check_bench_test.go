@@ -17,9 +17,10 @@ import (
 
 // BenchmarkCheck is a check of one limit and of three (token bucket,
 // sliding counter, fixed window) over 10k keys through the Redis store
-// (rueidis), by 1, 16, 64 and 256 callers. Besides ns/op it reports client-ns/op,
-// this process's CPU time per check (the store and rueidis; redis-server
-// runs in its own process), and calls/op, the store's calls per check. docs/benchmarks.md has the figures.
+// (rueidis), by 1, 16, 64 and 256 callers. Besides ns/op it reports
+// client-ns/op, this process's CPU time per check (the store and rueidis;
+// redis-server runs in its own process), and calls/op, the store's calls
+// per check. docs/benchmarks.md has the figures.
 func BenchmarkCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	st := newStore(b, rueidisclient.New(rueidisClient(b, srv.Addr())), redisstore.Options{Prefix: newPrefix()})
