@@ -25,10 +25,10 @@ func (s *Store) Key(key string, alg tokenlimit.Algorithm) string {
 }
 
 func (s *Store) key(code, key string) string {
-	if hasHashTag(key) {
-		return s.prefix + code + ":~" + key
-	}
-	return s.prefix + code + ":{" + key + "}"
+	var b strings.Builder
+	b.Grow(s.keyLen(code, key))
+	s.writeKey(&b, code, key)
+	return b.String()
 }
 
 // Keys returns every Redis key of key's budget under alg: Key's, and for a
@@ -98,7 +98,8 @@ func (s *Store) keyLen(code, key string) int {
 	return len(s.prefix) + len(code) + 3 + len(key)
 }
 
-// writeKey writes s.key(code, key) to b.
+// writeKey writes the Redis key of key's budget under the algorithm named
+// code (see Key) to b: the one place that spells the key's form.
 func (s *Store) writeKey(b *strings.Builder, code, key string) {
 	b.WriteString(s.prefix)
 	b.WriteString(code)
