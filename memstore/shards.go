@@ -7,6 +7,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/algo"
+	"github.com/tokenlimit/tokenlimit/internal/budgetslot"
 )
 
 // keyHash is a key's hash under the store's seed: it picks the shard (its
@@ -20,12 +21,9 @@ func (s *Store) shardOf(h uint64) *shard {
 	return &s.shards[h&uint64(len(s.shards)-1)]
 }
 
-// slot is the map key of (alg, key) in its shard: the key's hash with the
-// algorithm mixed in, so the same key under two algorithms is two budgets,
-// as in Redis. Distinct pairs that share a slot are chained (entry.next).
-func slot(h uint64, alg tokenlimit.Algorithm) uint64 {
-	return h ^ uint64(alg)*0x9e3779b97f4a7c15
-}
+// slot is the map key of (alg, key) in its shard. Distinct pairs that
+// share a slot are chained (entry.next).
+func slot(h uint64, alg tokenlimit.Algorithm) uint64 { return budgetslot.Of(h, alg) }
 
 // lockSet is the set of shards one call holds, in index order.
 type lockSet struct {

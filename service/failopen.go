@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/budgetslot"
 	"github.com/tokenlimit/tokenlimit/memstore"
 )
 
@@ -78,9 +79,8 @@ type budgetKey struct {
 	hash uint64
 }
 
-// slot is k's map key in its shard: the same key under two algorithms is
-// two budgets, as in the stores.
-func (k budgetKey) slot() uint64 { return k.hash ^ uint64(k.alg)*0x9e3779b97f4a7c15 }
+// slot is k's map key in its shard.
+func (k budgetKey) slot() uint64 { return budgetslot.Of(k.hash, k.alg) }
 
 // budgetMemory is what the service knows of one fail-open budget.
 type budgetMemory struct {
