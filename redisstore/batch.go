@@ -129,42 +129,54 @@ func (j *batchJob) wait() (time.Time, error) {
 // next runs the queued checks in a lane that has just finished a call, or
 // frees the lane if nothing is queued.
 func (b *batcher) next() {
-	if jobs := b.nextJobs(nil); jobs != nil {
-		go b.run(jobs)
+	bufs := bufPool.Get().(*callBuffers)
+	if !b.nextJobs(bufs) {
+		bufPool.Put(bufs)
+		return
+	}
+	go b.run(bufs)
+}
+
+// run decides bufs.jobs, then the checks queued meanwhile, call after call,
+// until none is queued: one goroutine per busy spell of a lane, not one per
+// call.
+func (b *batcher) run(bufs *callBuffers) {
+	for {
+		b.s.runBatch(bufs)
+		clear(bufs.jobs)
+		if !b.nextJobs(bufs) {
+			bufPool.Put(bufs)
+			return
+		}
 	}
 }
 
-// run decides jobs, then the checks queued meanwhile, call after call, until
-// none is queued: one goroutine per busy spell of a lane, not one per call.
-func (b *batcher) run(jobs []*batchJob) {
-	var bufs callBuffers
-	for jobs != nil {
-		b.s.runBatch(jobs, &bufs)
-		clear(jobs)
-		jobs = b.nextJobs(jobs)
-	}
-}
-
-// callBuffers are what a lane reuses from one batch call to the next: the
-// call's keys (the client copies them into its command), the buffer its
-// packed argument is built in (the argument is a copy) and its callers'
-// contexts.
+// callBuffers are what a lane reuses from one batch call to the next, and
+// from one busy spell to the next (bufPool): the call's checks, its keys
+// (the client copies the slice into its command), the keys' bytes, the
+// buffer its packed argument is built in (the argument is a copy) and its
+// callers' contexts.
 type callBuffers struct {
-	keys   []string
-	packed []byte
-	ctxs   []context.Context
+	jobs    []*batchJob
+	keys    []string
+	keyData callKeys
+	packed  []byte
+	ctxs    []context.Context
 }
 
-// nextJobs takes the checks of a lane's next call, in into's array, or frees
-// the lane and returns nil if nothing is queued.
-func (b *batcher) nextJobs(into []*batchJob) []*batchJob {
+var bufPool = sync.Pool{New: func() any { return new(callBuffers) }}
+
+// nextJobs takes the checks of a lane's next call into bufs.jobs and
+// reports true, or frees the lane and reports false if nothing is queued.
+func (b *batcher) nextJobs(bufs *callBuffers) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.running--
-		return nil
+		return false
 	}
-	return b.take(into)
+	bufs.jobs = b.take(bufs.jobs)
+	return true
 }
 
 // take removes from the queue the checks of the next call: in order, up to
@@ -180,12 +192,12 @@ func (b *batcher) take(into []*batchJob) []*batchJob {
 	return jobs
 }
 
-// runBatch decides jobs in one call (one check in the plain check call) and
-// wakes their callers. A job whose caller gave up is left out (jobs' array
-// keeps the others).
-func (s *Store) runBatch(jobs []*batchJob, bufs *callBuffers) {
-	live := jobs[:0]
-	for _, j := range jobs {
+// runBatch decides bufs.jobs in one call (one check in the plain check
+// call) and wakes their callers. A job whose caller gave up is left out
+// (bufs.jobs keeps the others).
+func (s *Store) runBatch(bufs *callBuffers) {
+	live := bufs.jobs[:0]
+	for _, j := range bufs.jobs {
 		if err := j.ctx.Err(); err != nil {
 			j.err = fmt.Errorf("redisstore: check: %w", context.Cause(j.ctx))
 			j.decided()
@@ -236,12 +248,16 @@ func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimi
 // batchContext is the context of a batch call made for callers with
 // contexts ctxs: it ends when the last of them could (the latest deadline;
 // none if one has none), so one caller giving up does not fail the others.
+// A context that can never end is used as it is.
 func batchContext(ctxs []context.Context) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, ctx := range ctxs {
 		d, ok := ctx.Deadline()
+		if !ok && ctx.Done() == nil {
+			return ctx, func() {}
+		}
 		if !ok {
-			return context.WithCancel(context.WithoutCancel(ctx))
+			return context.WithoutCancel(ctx), func() {}
 		}
 		if d.After(latest) {
 			latest = d
@@ -266,7 +282,10 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob, bufs *callBuffe
 			packed = appendItem(packed, it.Limit, it.Cost)
 		}
 	}
-	keys = s.appendJobKeys(keys, jobs)
+	for _, j := range jobs {
+		bufs.keyData.add(s, j.items)
+	}
+	keys = bufs.keyData.appendTo(keys)
 	args := []string{s.padMs, string(packed)}
 	bufs.keys, bufs.packed = keys, packed
 	reply, err := s.run(ctx, checkBatch, keys, args)

@@ -25,10 +25,8 @@ func (s *Store) Key(key string, alg tokenlimit.Algorithm) string {
 }
 
 func (s *Store) key(code, key string) string {
-	var b strings.Builder
-	b.Grow(s.keyLen(code, key))
-	s.writeKey(&b, code, key)
-	return b.String()
+	var buf [96]byte // on the stack: most keys fit, and the string is the only allocation
+	return string(s.appendKey(buf[:0], code, key))
 }
 
 // Keys returns every Redis key of key's budget under alg: Key's, and for a
@@ -47,70 +45,46 @@ func (s *Store) appendKeys(keys []string, key string, alg tokenlimit.Algorithm) 
 	return keys
 }
 
-// appendJobKeys adds the Redis keys of every item of jobs (appendKeys'),
-// built in one string: one allocation for a batch call's keys rather than
-// one per key.
-func (s *Store) appendJobKeys(keys []string, jobs []*batchJob) []string {
-	n := 0
-	for _, j := range jobs {
-		for _, it := range j.items {
-			n += s.keysLen(it.Key, it.Limit.Algorithm)
+// callKeys builds the Redis keys of a batch call's items (appendKeys') in
+// one buffer and hands them out as parts of one string: one allocation for
+// a call's keys rather than one per key. A lane reuses it from call to call.
+type callKeys struct {
+	buf  []byte
+	ends []int // where each key ends in buf
+}
+
+// add adds the Redis keys of items, in order.
+func (k *callKeys) add(s *Store, items []tokenlimit.Item) {
+	for _, it := range items {
+		k.buf = s.appendKey(k.buf, algorithmCodes[it.Limit.Algorithm], it.Key)
+		k.ends = append(k.ends, len(k.buf))
+		if it.Limit.Algorithm == tokenlimit.SlidingLog {
+			k.buf = s.appendKey(k.buf, "sls", it.Key)
+			k.ends = append(k.ends, len(k.buf))
 		}
 	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, j := range jobs {
-		for _, it := range j.items {
-			s.writeKey(&b, algorithmCodes[it.Limit.Algorithm], it.Key)
-			if it.Limit.Algorithm == tokenlimit.SlidingLog {
-				s.writeKey(&b, "sls", it.Key)
-			}
-		}
+}
+
+// appendTo appends the keys added since the last appendTo to keys, and
+// empties k.
+func (k *callKeys) appendTo(keys []string) []string {
+	all, start := string(k.buf), 0
+	for _, end := range k.ends {
+		keys = append(keys, all[start:end])
+		start = end
 	}
-	all := b.String()
-	for _, j := range jobs {
-		for _, it := range j.items {
-			n := s.keyLen(algorithmCodes[it.Limit.Algorithm], it.Key)
-			keys, all = append(keys, all[:n]), all[n:]
-			if it.Limit.Algorithm == tokenlimit.SlidingLog {
-				n = s.keyLen("sls", it.Key)
-				keys, all = append(keys, all[:n]), all[n:]
-			}
-		}
-	}
+	k.buf, k.ends = k.buf[:0], k.ends[:0]
 	return keys
 }
 
-// keysLen is the length of appendKeys' keys, together.
-func (s *Store) keysLen(key string, alg tokenlimit.Algorithm) int {
-	n := s.keyLen(algorithmCodes[alg], key)
-	if alg == tokenlimit.SlidingLog {
-		n += s.keyLen("sls", key)
-	}
-	return n
-}
-
-// keyLen is the length of s.key(code, key).
-func (s *Store) keyLen(code, key string) int {
-	if hasHashTag(key) {
-		return len(s.prefix) + len(code) + 2 + len(key)
-	}
-	return len(s.prefix) + len(code) + 3 + len(key)
-}
-
-// writeKey writes the Redis key of key's budget under the algorithm named
+// appendKey appends the Redis key of key's budget under the algorithm named
 // code (see Key) to b: the one place that spells the key's form.
-func (s *Store) writeKey(b *strings.Builder, code, key string) {
-	b.WriteString(s.prefix)
-	b.WriteString(code)
+func (s *Store) appendKey(b []byte, code, key string) []byte {
+	b = append(append(b, s.prefix...), code...)
 	if hasHashTag(key) {
-		b.WriteString(":~")
-		b.WriteString(key)
-		return
+		return append(append(b, ":~"...), key...)
 	}
-	b.WriteString(":{")
-	b.WriteString(key)
-	b.WriteByte('}')
+	return append(append(append(b, ":{"...), key...), '}')
 }
 
 // hasHashTag applies Redis Cluster's rule: the key has a '{' followed, later,
