@@ -50,25 +50,46 @@ local function tb_encode(tat, frac)
 end
 
 -- Decides a cost against the bucket stored as v (the key's value, or nil).
+-- The admitted path, the common one, is written out: no calls but the
+-- state's parse and format (fdiv and cdiv inline, as lib.lua explains).
 local function tb_check(v, cap, num, den, now, cost)
-  local tat, frac = tb_state(v, now)
-  local span = fdiv(cap * num, den)
+  local tat, frac = now, 0
+  if v then
+    tat = tonumber(v)
+    if not tat then
+      tat, frac = tb_state(v, now)
+    elseif tat < now then
+      tat = now
+    end
+  end
+  local full = cap * num
+  local span = (full - full % den) / den
   if cost > cap then
     return 0, 1, tb_left(cap, num, den, span, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
   if cost == 0 then
     return 1, 0, tb_left(cap, num, den, span, tat, frac, now), 0, tb_reset(tat, frac, now)
   end
-  local ntat, nfrac = tb_add(tat, frac, cost, num, den)
-  local span_r = cap * num - span * den
+  local units = frac + cost * num
+  local nfrac = units % den
+  local ntat = tat + (units - nfrac) / den
   local ahead = ntat - now - span
-  if ahead > 0 or (ahead == 0 and nfrac > span_r) then
-    if nfrac > span_r then
+  if ahead > 0 or (ahead == 0 and nfrac > full - span * den) then
+    if nfrac > full - span * den then
       ahead = ahead + 1
     end
     return 0, 0, tb_left(cap, num, den, span, tat, frac, now), ahead, tb_reset(tat, frac, now)
   end
-  return 1, 0, tb_left(cap, num, den, span, ntat, nfrac, now), 0, tb_reset(ntat, nfrac, now), tb_encode(ntat, nfrac)
+  -- Allowed, so ntat - now <= span: what is left needs no clamp.
+  local used = (ntat - now) * den + nfrac
+  local left = cap - (used + (-used) % num) / num
+  if left < 0 then
+    left = 0
+  end
+  if nfrac == 0 then
+    return 1, 0, left, 0, ntat - now, string.format('%d', ntat)
+  end
+  return 1, 0, left, 0, ntat - now + 1, string.format('%d:%d', ntat, nfrac)
 end
 
 local function tb_adjust(key, cap, num, den, now, delta, pad)

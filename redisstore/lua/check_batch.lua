@@ -22,8 +22,31 @@ local function check_batch(keys, argv)
       end
       now = server
     end
-    local n = p[a + 2]
-    k = check_group(keys, p, reply, a + 2, n, k, now, pad)
+    local n, alg = p[a + 2], p[a + 3]
+    if n == 1 and alg ~= SLIDING_LOG then
+      -- The common case written out: one item of a one-key algorithm.
+      local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 7]
+      local v = redis.call('GET', key)
+      if alg == FIXED_WINDOW then
+        ok, big, rem, retry, reset, state = fw_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+      elseif alg == SLIDING_COUNTER then
+        ok, big, rem, retry, reset, state = sc_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+      else
+        ok, big, rem, retry, reset, state = tb_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+      end
+      if state then
+        store(key, state, reset, pad)
+      end
+      local r = #reply
+      if ok == 1 and big == 0 and retry == 0 then
+        reply[r + 1], reply[r + 2] = -rem, reset
+      else
+        reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1 + ok + 2 * big, rem, retry, reset
+      end
+      k = k + 1
+    else
+      k = check_group(keys, p, reply, a + 2, n, k, now, pad)
+    end
     a = a + 2 + 5 * n
   end
   return reply

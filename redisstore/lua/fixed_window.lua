@@ -20,8 +20,18 @@ end
 -- Decides a cost against the window stored as v (the key's value, or nil).
 -- Returns allowed, toolarge, remaining, retry, reset, and the state to store.
 local function fw_check(v, limit, len, offset, now, cost)
-  local _, s0, c0 = parse2(v)
-  local start, count = fw_current(s0, c0, now, len, offset)
+  -- fw_current and parse2, written out.
+  local start, count = now - (now - offset) % len, 0
+  if start < 0 then
+    start = 0
+  end
+  if v then
+    local c = string.find(v, ':', 1, true)
+    local s0 = tonumber(string.sub(v, 1, c - 1))
+    if s0 >= start then
+      start, count = s0, tonumber(string.sub(v, c + 1))
+    end
+  end
   local finish = start + len
   -- A cost that fits (count >= 0, so it is within the limit too) charges.
   if cost > 0 and count + cost <= limit then

@@ -4,31 +4,26 @@
 -- Nothing here reads a global when the file runs, only when its functions
 -- do: the load of a Redis Functions library sees no globals.
 
--- math.floor(a/b) for integers a, b with b > 0, exact for |a| < 2^53.
+-- floor(a/b) and ceil(a/b) for integers 0 <= a < 2^53 and b > 0, exact:
+-- the VM's a % b is a - floor(a/b)*b on the rounded quotient, and a rounded
+-- quotient of such integers never crosses an integer (a non-integer a/b
+-- lies at least 1/b from one, while rounding moves it at most
+-- a/b * 2^-53 < 1/b), so a % b is the true remainder and the rest is
+-- exact integer arithmetic. Hot paths write these expressions inline: a
+-- Lua call costs Redis more than the division.
 local function fdiv(a, b)
-  if b == 1 then
-    return a
-  end
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-  elseif r >= b then
-    q = q + 1
-  end
-  return q
+  return (a - a % b) / b
 end
 
--- ceil(a/b) for a >= 0, b > 0.
 local function cdiv(a, b)
-  return fdiv(a + b - 1, b)
+  return (a + (-a) % b) / b
 end
 
 -- The start of the window of length len holding now (windows start at
 -- offset + k*len), never before earliest (a clock that steps back stays in the
 -- newest window seen).
 local function window_start(now, len, offset, earliest)
-  return math.max(now - (now - offset - fdiv(now - offset, len) * len), earliest)
+  return math.max(now - (now - offset) % len, earliest)
 end
 
 -- Integers stored as "a:b" or "a:b:c" in one string, parsed without a
@@ -60,14 +55,30 @@ end
 -- Writes value to key with a TTL of ttl_us rounded up to whole ms (plus the
 -- caller's padding), or deletes the key when ttl_us is 0: nothing is kept
 -- longer than its state means something.
+-- The TTLs store formatted, by ms: most writes of a call, and of the calls
+-- after it, repeat a few TTLs (a window's keys share its end, a fresh
+-- bucket's TTL is its cost's interval), and formatting one costs Redis more
+-- than the lookup. Emptied when it holds 1024. As a Redis Function it lasts
+-- as long as the library's Lua state; as a script, one call.
+local ttl_text, ttl_texts = {}, 0
+
 local function store(key, value, ttl_us, pad_ms)
   if ttl_us <= 0 then
     redis.call('DEL', key)
-  else
+    return
+  end
+  local ms = (ttl_us + (-ttl_us) % 1000) / 1000 + pad_ms
+  local text = ttl_text[ms]
+  if not text then
     -- A formatted integer: Redis would format a Lua number as a float
     -- (%.17g), which costs it more.
-    redis.call('SET', key, value, 'PX', int(cdiv(ttl_us, 1000) + pad_ms))
+    text = string.format('%d', ms)
+    if ttl_texts == 1024 then
+      ttl_text, ttl_texts = {}, 0
+    end
+    ttl_text[ms], ttl_texts = text, ttl_texts + 1
   end
+  redis.call('SET', key, value, 'PX', text)
 end
 
 -- The algorithm codes are tokenlimit.Algorithm's values.

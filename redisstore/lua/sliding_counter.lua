@@ -14,17 +14,21 @@ local function sc_shift(s0, cur, prev, now, len, offset)
   return start, 0, 0
 end
 
-local function sc_weight(len, elapsed)
-  local len_ms = len / 1000
-  local left_ms = len_ms - fdiv(math.max(0, elapsed), 1000)
-  return cdiv(left_ms * PPM, len_ms)
-end
-
+-- The previous window's share of prev at elapsed µs into the current one:
+-- ceil(prev * weight / PPM), the weight in parts per million of what the
+-- window still covers, rounded up to whole ms (fdiv and cdiv inline, as
+-- lib.lua explains).
 local function sc_prev_share(len, prev, elapsed)
   if prev == 0 then
     return 0
   end
-  return cdiv(prev * sc_weight(len, elapsed), PPM)
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  local len_ms = len / 1000
+  local left = (len_ms - (elapsed - elapsed % 1000) / 1000) * PPM
+  local share = prev * ((left + (-left) % len_ms) / len_ms)
+  return (share + (-share) % PPM) / PPM
 end
 
 local function sc_reset(len, start, cur, prev, now)
@@ -69,8 +73,21 @@ end
 
 -- Decides a cost against the counter stored as v (the key's value, or nil).
 local function sc_check(v, limit, len, offset, now, cost)
-  local _, s0, c0, p0 = parse3(v)
-  local start, cur, prev = sc_shift(s0, c0, p0, now, len, offset)
+  -- sc_shift and parse3, written out.
+  local start, cur, prev = now - (now - offset) % len, 0, 0
+  if start < 0 then
+    start = 0
+  end
+  if v then
+    local c1 = string.find(v, ':', 1, true)
+    local c2 = string.find(v, ':', c1 + 1, true)
+    local s0 = tonumber(string.sub(v, 1, c1 - 1))
+    if s0 >= start then
+      start, cur, prev = s0, tonumber(string.sub(v, c1 + 1, c2 - 1)), tonumber(string.sub(v, c2 + 1))
+    elseif s0 + len == start then
+      prev = tonumber(string.sub(v, c1 + 1, c2 - 1))
+    end
+  end
   local est = cur + sc_prev_share(len, prev, now - start)
   -- A cost that fits (est >= 0, so it is within the limit too) charges.
   if cost > 0 and est + cost <= limit then
