@@ -248,14 +248,16 @@ func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimi
 // batchContext is the context of a batch call made for callers with
 // contexts ctxs: it ends when the last of them could (the latest deadline;
 // none if one has none), so one caller giving up does not fail the others.
-// A context that can never end is used as it is.
+// Contexts that end together (one Done channel and one deadline, such as a
+// context shared by callers, or none that can end) need no context of the
+// call's own: it takes the first.
 func batchContext(ctxs []context.Context) (context.Context, context.CancelFunc) {
+	if endTogether(ctxs) {
+		return ctxs[0], func() {}
+	}
 	var latest time.Time
 	for _, ctx := range ctxs {
 		d, ok := ctx.Deadline()
-		if !ok && ctx.Done() == nil {
-			return ctx, func() {}
-		}
 		if !ok {
 			return context.WithoutCancel(ctx), func() {}
 		}
@@ -264,6 +266,19 @@ func batchContext(ctxs []context.Context) (context.Context, context.CancelFunc) 
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(ctxs[0]), latest)
+}
+
+// endTogether reports whether the contexts share one Done channel (or all
+// have none) and one deadline (or all have none).
+func endTogether(ctxs []context.Context) bool {
+	done := ctxs[0].Done()
+	at, ok := ctxs[0].Deadline()
+	for _, ctx := range ctxs[1:] {
+		if d, has := ctx.Deadline(); ctx.Done() != done || has != ok || !d.Equal(at) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkMany runs check_batch.lua on jobs and writes each job's results and
