@@ -6,7 +6,9 @@
 package breaker
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +40,12 @@ type Breaker struct {
 
 	onChange func(from, to State, failures int)
 
+	// clean is gen while the breaker is closed with no failure counted,
+	// and notClean otherwise: in that state, the usual one, Allow, Done
+	// of a success, Cancel and State answer from it without taking mu
+	// (they would change nothing). It is written with mu held.
+	clean atomic.Uint64
+
 	mu       sync.Mutex
 	state    State
 	gen      Ticket // changes with every state change
@@ -46,9 +54,29 @@ type Breaker struct {
 	trial    bool // a half-open trial call is in flight
 }
 
+// notClean is Breaker.clean's value when the breaker is not closed or has
+// failures counted; gen, which counts state changes, never reaches it.
+const notClean = math.MaxUint64
+
 // New returns a closed breaker; threshold < 1 is taken as 1.
 func New(threshold int, cooldown time.Duration, now func() time.Time) *Breaker {
 	return &Breaker{threshold: max(1, threshold), cooldown: cooldown, now: now}
+}
+
+// cleanTicket returns the ticket of the current state if the breaker is
+// closed with no failure counted.
+func (b *Breaker) cleanTicket() (Ticket, bool) {
+	g := b.clean.Load()
+	return Ticket(g), g != notClean
+}
+
+// publish sets clean from the state; the caller holds b.mu.
+func (b *Breaker) publish() {
+	if b.state == Closed && b.failures == 0 {
+		b.clean.Store(uint64(b.gen))
+		return
+	}
+	b.clean.Store(notClean)
 }
 
 // OnChange makes b call f on every change of state, once per change, with
@@ -61,6 +89,9 @@ func (b *Breaker) OnChange(f func(from, to State, failures int)) { b.onChange = 
 // Allow reports whether a call may go to the dependency now, and the ticket
 // to report its outcome with (Done or Cancel).
 func (b *Breaker) Allow() (Ticket, bool) {
+	if t, ok := b.cleanTicket(); ok {
+		return t, true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == Open && b.now().Sub(b.openedAt) >= b.cooldown {
@@ -80,6 +111,9 @@ func (b *Breaker) Allow() (Ticket, bool) {
 // closed, or a half-open trial is due and none is in flight. It changes
 // nothing; a call may still be refused if another takes the trial first.
 func (b *Breaker) Ready() bool {
+	if _, ok := b.cleanTicket(); ok {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -94,12 +128,16 @@ func (b *Breaker) Ready() bool {
 // Done records the outcome of the call t: a success closes the breaker, a
 // failure counts towards opening it (a failed trial reopens it at once).
 func (b *Breaker) Done(t Ticket, err error) {
+	if clean, ok := b.cleanTicket(); ok && err == nil && t == clean {
+		return // closed with no failures: a success changes nothing
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t != b.gen {
 		return // the breaker moved on since this call began
 	}
 	b.trial = false
+	defer b.publish()
 	if err == nil {
 		b.failures = 0
 		b.set(Closed)
@@ -116,6 +154,9 @@ func (b *Breaker) Done(t Ticket, err error) {
 // dependency (its caller gave up): it counts neither as a success nor as a
 // failure, and a half-open breaker may try again.
 func (b *Breaker) Cancel(t Ticket) {
+	if _, ok := b.cleanTicket(); ok {
+		return // closed: no trial is in flight
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if t == b.gen {
@@ -125,6 +166,9 @@ func (b *Breaker) Cancel(t Ticket) {
 
 // State returns the current state.
 func (b *Breaker) State() State {
+	if _, ok := b.cleanTicket(); ok {
+		return Closed
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
@@ -138,6 +182,7 @@ func (b *Breaker) set(s State) {
 	from := b.state
 	b.state = s
 	b.gen++
+	b.publish()
 	if b.onChange != nil {
 		b.onChange(from, s, b.failures)
 	}

@@ -2,6 +2,8 @@ package breaker
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +128,139 @@ func TestBreakerReportsEachTransitionOnce(t *testing.T) {
 	want := []string{"closed->open:2", "open->half-open:2", "half-open->closed:0"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("transitions %v, want %v", got, want)
+	}
+}
+
+// model is the breaker without its lock-free fast path: every call decides
+// under the lock, as the breaker did before it had one.
+type model struct {
+	threshold, failures int
+	cooldown            time.Duration
+	now                 func() time.Time
+	state               State
+	gen                 Ticket
+	openedAt            time.Time
+	trial               bool
+	changes             int
+}
+
+func (m *model) set(s State) {
+	if s != m.state {
+		m.state, m.gen = s, m.gen+1
+		m.changes++
+	}
+}
+
+func (m *model) allow() (Ticket, bool) {
+	if m.state == Open && m.now().Sub(m.openedAt) >= m.cooldown {
+		m.set(HalfOpen)
+	}
+	switch {
+	case m.state == Closed:
+		return m.gen, true
+	case m.state == HalfOpen && !m.trial:
+		m.trial = true
+		return m.gen, true
+	}
+	return m.gen, false
+}
+
+func (m *model) ready() bool {
+	switch m.state {
+	case Closed:
+		return true
+	case Open:
+		return m.now().Sub(m.openedAt) >= m.cooldown
+	}
+	return !m.trial
+}
+
+func (m *model) done(t Ticket, err error) {
+	if t != m.gen {
+		return
+	}
+	m.trial = false
+	if err == nil {
+		m.failures = 0
+		m.set(Closed)
+		return
+	}
+	m.failures++
+	if m.state == HalfOpen || m.failures >= m.threshold {
+		m.openedAt = m.now()
+		m.set(Open)
+	}
+}
+
+func (m *model) cancel(t Ticket) {
+	if t == m.gen {
+		m.trial = false
+	}
+}
+
+// TestBreakerMatchesItsModel runs random calls on a breaker and on model,
+// which decides every call under a lock: the fast path of a closed breaker
+// with no failures answers as that would.
+func TestBreakerMatchesItsModel(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	b := New(3, time.Second, clock)
+	changes := 0
+	b.OnChange(func(State, State, int) { changes++ })
+	m := &model{threshold: 3, cooldown: time.Second, now: clock}
+	r := rand.New(rand.NewPCG(1, 2))
+	var tickets []Ticket
+	seen := map[State]int{} // steps ended in each state
+	pick := func() Ticket { // mostly the latest: older ones are mostly stale
+		if r.IntN(3) > 0 {
+			return tickets[len(tickets)-1]
+		}
+		return tickets[r.IntN(len(tickets))]
+	}
+	for step := range 20_000 {
+		var got, want string
+		switch op := r.IntN(6); op {
+		case 0, 1:
+			tk, ok := b.Allow()
+			mtk, mok := m.allow()
+			got, want = fmt.Sprint("allow ", tk, ok), fmt.Sprint("allow ", mtk, mok)
+			if ok {
+				tickets = append(tickets, tk)
+			}
+		case 2:
+			if len(tickets) == 0 {
+				continue
+			}
+			tk := pick()
+			var err error
+			if r.IntN(3) == 0 {
+				err = errDown
+			}
+			b.Done(tk, err)
+			m.done(tk, err)
+		case 3:
+			if len(tickets) == 0 {
+				continue
+			}
+			tk := pick()
+			b.Cancel(tk)
+			m.cancel(tk)
+		case 4:
+			got, want = fmt.Sprint("ready ", b.Ready()), fmt.Sprint("ready ", m.ready())
+		case 5:
+			now = now.Add(time.Duration(r.IntN(600)) * time.Millisecond)
+		}
+		got += fmt.Sprint(" state ", b.State(), " changes ", changes)
+		want += fmt.Sprint(" state ", m.state, " changes ", m.changes)
+		seen[m.state]++
+		if got != want {
+			t.Fatalf("step %d: breaker %q, model %q", step, got, want)
+		}
+	}
+	for _, st := range []State{Closed, HalfOpen, Open} {
+		if seen[st] < 200 {
+			t.Errorf("only %d of the steps ended %s: %v", seen[st], st, seen)
+		}
 	}
 }
