@@ -76,7 +76,7 @@ func costString(c config.Cost) string {
 // Inspect reports the state of every limit req selects without charging
 // anything (each is peeked with cost 0).
 func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
-	p, err := s.planWith([]Request{req}, true, false)
+	p, err := s.planWith([]Request{req}, nil, true, false)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -129,7 +129,7 @@ func (s *Service) attachEntries(ctx context.Context, d Decision, checks []check)
 // Reset makes whole the budgets req selects, all of them or only the limit
 // named limit, and returns the keys it reset.
 func (s *Service) Reset(ctx context.Context, req Request, limit string) ([]string, error) {
-	p, err := s.planWith([]Request{req}, true, false)
+	p, err := s.planWith([]Request{req}, nil, true, false)
 	if err != nil {
 		return nil, err
 	}

@@ -66,24 +66,31 @@ type plan struct {
 }
 
 // plan validates requests and selects their limits, concurrency limits
-// excepted: they only apply to reservations (see planFor).
-func (s *Service) plan(reqs []Request) (plan, error) {
-	return s.planFor(reqs, false)
+// excepted: they only apply to reservations (see planFor). The enforced
+// checks are appended to enforced: a caller's buffer for the usual few,
+// which stays on its stack as long as the plan does.
+func (s *Service) plan(reqs []Request, enforced []check) (plan, error) {
+	return s.planWith(reqs, enforced, false, true)
 }
+
+// planBuffer is the room for the enforced checks of a plan on its caller's
+// stack: a request with more limits allocates.
+type planBuffer [2]check
 
 // planFor is plan, with the concurrency limits too when inFlight is true.
 // It is for calls that charge: a new key of a limit with max_keys takes a
 // place among the limit's live keys (see planWith).
 func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
-	return s.planWith(reqs, inFlight, true)
+	return s.planWith(reqs, nil, inFlight, true)
 }
 
-// planWith is planFor; take false (inspection, reset) routes keys as a
-// charge would but makes no new key live.
-func (s *Service) planWith(reqs []Request, inFlight, take bool) (plan, error) {
+// planWith is planFor, appending the enforced checks to enforced; take
+// false (inspection, reset) routes keys as a charge would but makes no new
+// key live.
+func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool) (plan, error) {
 	rules := s.rules.Load()
 	var now time.Time // read once a limit needs it: a calendar window, max_keys
-	var p plan
+	p := plan{enforced: enforced}
 	for i, r := range reqs {
 		empty, err := s.validate(i, r)
 		if err != nil {

@@ -46,7 +46,8 @@ func PolicyOf(l tokenlimit.Limit) Policy {
 // and calendar windows included).
 func (s *Service) CheckMerged(ctx context.Context, reqs ...Request) (Decision, []Policy, error) {
 	start := time.Now()
-	p, err := s.plan(reqs)
+	var buf planBuffer
+	p, err := s.plan(reqs, buf[:0])
 	if err != nil {
 		return Decision{}, nil, err
 	}

@@ -311,8 +311,14 @@ func (s *Service) recordStore(err error) {
 		s.storeErr.Store(&msg)
 		return
 	}
-	s.answered.Store(true)
-	s.storeErr.Store(nil)
+	// Loaded first: every call that succeeds gets here, and a store to
+	// a line that every CPU reads costs more than a load.
+	if !s.answered.Load() {
+		s.answered.Store(true)
+	}
+	if s.storeErr.Load() != nil {
+		s.storeErr.Store(nil)
+	}
 }
 
 // Request is one set of descriptors to check, with the request's own cost.
@@ -407,7 +413,8 @@ func Tighter(a, b tokenlimit.Result) bool {
 // Shadow limits are checked after, and never deny.
 func (s *Service) Check(ctx context.Context, reqs ...Request) (Decision, error) {
 	start := time.Now()
-	plan, err := s.plan(reqs)
+	var buf planBuffer
+	plan, err := s.plan(reqs, buf[:0])
 	if err != nil {
 		return Decision{}, err
 	}
