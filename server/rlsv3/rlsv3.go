@@ -76,6 +76,10 @@ type server struct {
 	svc    *service.Service
 	log    *slog.Logger
 	limits limitCache
+	// maps holds the descriptor maps of answered requests, emptied, for
+	// later ones: the service reads a request's descriptors only while
+	// it decides.
+	maps sync.Pool
 }
 
 var _ rlspb.RateLimitServiceServer = (*server)(nil)
@@ -86,7 +90,8 @@ var _ rlspb.RateLimitServiceServer = (*server)(nil)
 // answers codes.InvalidArgument naming the field.
 func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	var buf [4]service.Request // the usual few descriptors stay off the heap
-	reqs, err := requests(req, buf[:0])
+	reqs, err := requests(req, buf[:0], &s.maps)
+	defer reuse(reqs, &s.maps)
 	if err != nil {
 		s.log.Debug("rls: invalid request", "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -127,8 +132,9 @@ var rlsFields = strings.NewReplacer(
 )
 
 // requests maps an RLS request to service requests, one per descriptor,
-// appended to out.
-func requests(req *rlspb.RateLimitRequest, out []service.Request) ([]service.Request, error) {
+// appended to out, their descriptor maps taken from maps (or made) and
+// emptied.
+func requests(req *rlspb.RateLimitRequest, out []service.Request, maps *sync.Pool) ([]service.Request, error) {
 	domain := req.GetDomain()
 	switch n := len(req.GetDescriptors()); {
 	case domain == "":
@@ -148,7 +154,10 @@ func requests(req *rlspb.RateLimitRequest, out []service.Request) ([]service.Req
 		case desc.GetIsNegativeHits():
 			return nil, fmt.Errorf("descriptors[%d].is_negative_hits: refunds are not supported over RLS; use the HTTP API's reserve and settle", i)
 		}
-		m := make(map[string]string, len(entries)+1)
+		m, _ := maps.Get().(map[string]string)
+		if m == nil {
+			m = make(map[string]string, len(entries)+1)
+		}
 		for j, e := range entries {
 			key := e.GetKey()
 			switch {
@@ -171,6 +180,14 @@ func requests(req *rlspb.RateLimitRequest, out []service.Request) ([]service.Req
 		out = append(out, service.Request{Descriptors: m, Cost: cost})
 	}
 	return out, nil
+}
+
+// reuse empties the descriptor maps of reqs and puts them in maps.
+func reuse(reqs []service.Request, maps *sync.Pool) {
+	for _, r := range reqs {
+		clear(r.Descriptors)
+		maps.Put(r.Descriptors)
+	}
 }
 
 // cost is descriptor i's hits_addend if set, else the request's, else 1.
