@@ -2,8 +2,10 @@ package redisstore_test
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -86,4 +88,86 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkBatchCall is one decision of a batch call of a fixed size: the
+// call of 1, 16 or 64 checks that many callers' queued checks make, without
+// the callers, so that a batch's size is the same from run to run. Shapes:
+// one token bucket or GCRA (loadcompare's 100 per second), one fixed window
+// (envoycompare's a million per second), three limits (loadcompare's).
+// Besides ns/op it reports redis-us/op, redis-server's CPU per decision as
+// commandstats counts it. With TOKENLIMIT_BENCH_REDIS=host:port it runs
+// against that server instead of one of its own: docs/benchmarks.md has the
+// recipe that runs redis-server under callgrind for instructions per
+// decision, which do not move with the machine's load.
+func BenchmarkBatchCall(b *testing.B) {
+	addr, stats := benchRedis(b)
+	st := newStore(b, rueidisclient.New(rueidisClient(b, addr)), redisstore.Options{Prefix: "bench:"})
+	bucket := tokenlimit.TokenBucketLimit(100, 100, time.Second)
+	shapes := []struct {
+		name   string
+		limits []tokenlimit.Limit
+	}{
+		{"token_bucket", []tokenlimit.Limit{bucket}},
+		{"fixed_window", []tokenlimit.Limit{tokenlimit.FixedWindowLimit(1_000_000, time.Second)}},
+		{"limits=3", []tokenlimit.Limit{bucket, tokenlimit.SlidingCounterLimit(100, time.Second), tokenlimit.FixedWindowLimit(1_000_000, 24*time.Hour)}},
+	}
+	for _, sh := range shapes {
+		for _, size := range []int{1, 16, 64} {
+			b.Run(sh.name+"/batch="+strconv.Itoa(size), func(b *testing.B) {
+				items, results := make([][]tokenlimit.Item, size), make([][]tokenlimit.Result, size)
+				for i := range items {
+					items[i], results[i] = make([]tokenlimit.Item, len(sh.limits)), make([]tokenlimit.Result, len(sh.limits))
+				}
+				before := stats()
+				next := 0
+				for b.Loop() {
+					// One decision per iteration, a call per size of them:
+					// the keys cycle over 10k, so every check is admitted.
+					if next%size == 0 {
+						for j := range items {
+							for l, lim := range sh.limits {
+								items[j][l] = tokenlimit.Item{Key: "user-" + strconv.Itoa((next+j)%10_000), Limit: lim, Cost: 1}
+							}
+						}
+						if err := redisstore.CheckInOneCall(st, items, results); err != nil || !results[0][0].Allowed {
+							b.Fatal(err, results[0][0])
+						}
+					}
+					next++
+				}
+				b.ReportMetric((stats()-before)/float64(b.N), "redis-us/op")
+			})
+		}
+	}
+}
+
+// benchRedis is the Redis a benchmark runs against, TOKENLIMIT_BENCH_REDIS
+// or its own, and a reading of that server's script CPU in µs.
+func benchRedis(b *testing.B) (addr string, scriptUsec func() float64) {
+	addr = os.Getenv("TOKENLIMIT_BENCH_REDIS")
+	if addr == "" {
+		addr = redistest.Start(b).Addr()
+	}
+	c := goRedisClient(b, addr)
+	return addr, func() float64 {
+		info, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var usec float64
+		for line := range strings.SplitSeq(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if name != "cmdstat_fcall" && name != "cmdstat_evalsha" || !ok {
+				continue
+			}
+			for field := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(field, "usec="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					usec += n
+				}
+			}
+		}
+		return usec
+	}
 }

@@ -1,5 +1,12 @@
 package redisstore
 
+import (
+	"context"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
 // BatchScriptAlways makes every check of s run through check_batch.lua, a
 // lone one too, so that the suites exercise the batch script on every
 // decision rather than only when checks happen to queue.
@@ -37,4 +44,15 @@ func QueuedSettles(s *Store) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.queue)
+}
+
+// CheckInOneCall decides checks (items[i], into results[i]) in one call of
+// check_batch.lua, as a batch of len(items) checks that queued together
+// would be, each at the server's time unless s decides at the caller's.
+func CheckInOneCall(s *Store, items [][]tokenlimit.Item, results [][]tokenlimit.Result) error {
+	jobs := make([]*batchJob, len(items))
+	for i := range jobs {
+		jobs[i] = &batchJob{ctx: context.Background(), now: time.Now(), items: items[i], results: results[i]}
+	}
+	return s.checkMany(context.Background(), jobs, &callBuffers{})
 }
