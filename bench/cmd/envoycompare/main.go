@@ -26,6 +26,11 @@
 // decisions that fell back to a failure mode (tokenlimit_decisions_total
 // with a fail_open or fail_closed result) are counted: a cell with any is
 // not a measurement of Redis, and is flagged.
+//
+// With -callgrind N it counts tokenlimit's instructions per decision
+// instead, under valgrind (callgrind.go); with -index-headers the load
+// generator indexes its header fields in HPACK's dynamic table, as Envoy
+// does, instead of sending them as literals never indexed.
 package main
 
 import (
@@ -61,6 +66,8 @@ type options struct {
 	scenarios                []string
 	conns                    int
 	cpuProfile               string
+	indexHeaders             bool
+	callgrind                int
 }
 
 func main() {
@@ -86,6 +93,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.conns, "conns", 4, "HTTP/2 connections the callers share (per service)")
 	fs.StringVar(&scenarios, "scenarios", "admitted,over", "scenarios: admitted, over")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write tokenlimit's CPU profile over each scenario's measured runs to this file, suffixed with the scenario's name")
+	fs.BoolVar(&o.indexHeaders, "index-headers", false, "the load generator indexes its header fields in HPACK's dynamic table, as Envoy does (default: literals never indexed)")
+	fs.IntVar(&o.callgrind, "callgrind", 0, "instead of comparing, count tokenlimit's instructions per decision over this many calls under valgrind's callgrind (callgrind.go)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -104,6 +113,8 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("-runs, -slices and -conns must be at least 1")
 	case o.slice <= 0 || o.slice > time.Minute:
 		return o, errors.New("-slice must be in (0, 1m]")
+	case o.callgrind < 0:
+		return o, errors.New("-callgrind must not be negative")
 	}
 	return o, nil
 }
@@ -172,9 +183,17 @@ func run(args []string) error {
 		fmt.Printf("- tokenlimit serve --store-timeout %s\n", o.storeTimeout)
 	}
 	fmt.Println()
+	if o.indexHeaders {
+		fmt.Println("- the load generator indexes its header fields in HPACK's dynamic table")
+		fmt.Println()
+	}
+	measureScenario := runScenario
+	if o.callgrind > 0 {
+		measureScenario = runCallgrind
+	}
 	for _, name := range o.scenarios {
 		sc := scenarios(o)[name]
-		if err := runScenario(o, sc, bin, tmp); err != nil {
+		if err := measureScenario(o, sc, bin, tmp); err != nil {
 			return fmt.Errorf("scenario %s: %w", name, err)
 		}
 	}
@@ -220,7 +239,7 @@ func runScenario(o options, sc scenario, bin, tmp string) error {
 	svcs := []*service{ours, envoy}
 	clients := make([]*rlsClient, len(svcs))
 	for i, s := range svcs {
-		c, err := dialRLSClient(s.grpc, sc.users, o.conns)
+		c, err := dialRLSClient(s.grpc, sc.users, o.conns, o.indexHeaders)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -447,7 +466,9 @@ func scrape(s *service) (fallback, mallocs int64) {
 	return fallback, mallocs
 }
 
-func startOurs(o options, sc scenario, bin, dir, redisAddr string) (*service, error) {
+// startOurs starts tokenlimit serve on redisAddr with sc's configuration,
+// run by the command wrap if any (such as valgrind).
+func startOurs(o options, sc scenario, bin, dir, redisAddr string, wrap ...string) (*service, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -466,6 +487,9 @@ func startOurs(o options, sc scenario, bin, dir, redisAddr string) (*service, er
 		args = append(args, "--pprof-listen", pprofAddr)
 	}
 	cmd := exec.Command(bin, args...)
+	if len(wrap) > 0 {
+		cmd = exec.Command(wrap[0], append(wrap[1:], append([]string{bin}, args...)...)...)
+	}
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	s, err := start("tokenlimit", cmd, grpcAddr)
 	if err != nil {

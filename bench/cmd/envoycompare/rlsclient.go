@@ -55,9 +55,9 @@ var errClosed = errors.New("connection closed")
 // rlsClient calls ShouldRateLimit for user i (domain bench, one descriptor
 // {user: user-i}) over a few HTTP/2 connections, like h2load rather than
 // grpc-go's client: every request is prepared bytes (the HEADERS block
-// encoded once, without HPACK's dynamic table; each user's message
-// marshalled once), and an answer is checked as its HTTP status, its
-// grpc-status and its message's overall_code, the only field it reads.
+// encoded once, without HPACK's dynamic table unless indexed; each user's
+// message marshalled once), and an answer is checked as its HTTP status,
+// its grpc-status and its message's overall_code, the only field it reads.
 // Per call that costs the load generator a fraction of what grpc-go's
 // client does, which leaves more of a shared machine's CPUs to the
 // services; both services get the same client.
@@ -67,7 +67,11 @@ type rlsClient struct {
 	next  atomic.Int64
 }
 
-func dialRLSClient(addr string, users, conns int) (*rlsClient, error) {
+// dialRLSClient dials conns connections to addr for users users. With
+// indexed, a connection's first request adds its header fields to HPACK's
+// dynamic table and later ones refer to them, as Envoy's and grpc-go's
+// clients do; without, every request sends them as literals never indexed.
+func dialRLSClient(addr string, users, conns int, indexed bool) (*rlsClient, error) {
 	c := &rlsClient{msgs: make([][]byte, users)}
 	for i := range c.msgs {
 		req := &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*commonpb.RateLimitDescriptor{{
@@ -80,7 +84,7 @@ func dialRLSClient(addr string, users, conns int) (*rlsClient, error) {
 		c.msgs[i] = append(c.msgs[i], b...)
 	}
 	for range conns {
-		conn, err := dialRLS(addr)
+		conn, err := dialRLS(addr, indexed)
 		if err != nil {
 			c.close()
 			return nil, err
@@ -193,6 +197,7 @@ func overallCode(b []byte) (uint64, error) {
 type rlsConn struct {
 	conn   net.Conn
 	header []byte // a request's HEADERS block
+	first  []byte // the first request's, if it differs
 
 	mu      sync.Mutex
 	more    *sync.Cond    // the send window grew, or err was set
@@ -216,12 +221,13 @@ type rlsConn struct {
 	unacked  int64
 }
 
-func dialRLS(addr string) (*rlsConn, error) {
+func dialRLS(addr string, indexed bool) (*rlsConn, error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c := &rlsConn{conn: conn, header: requestHeader(addr), nextID: 1, window: initialWindow, streamW: initialWindow,
+	first, later := requestHeader(addr, indexed)
+	c := &rlsConn{conn: conn, header: later, first: first, nextID: 1, window: initialWindow, streamW: initialWindow,
 		kick: make(chan struct{}, 1), pending: map[uint32]*rlsCall{}, r: bufio.NewReaderSize(conn, 32<<10)}
 	c.more = sync.NewCond(&c.mu)
 	c.dec = hpack.NewDecoder(4096, c.emit)
@@ -237,17 +243,26 @@ func dialRLS(addr string) (*rlsConn, error) {
 	return c, nil
 }
 
-// requestHeader is ShouldRateLimit's HEADERS block for authority addr,
-// every field either in HPACK's static table or a literal never indexed,
-// so that the block is the same on every stream.
-func requestHeader(addr string) []byte {
+// requestHeader returns ShouldRateLimit's HEADERS blocks for authority
+// addr: a connection's first stream's, and every later one's. Not indexed,
+// both are the same, every field either in HPACK's static table or a
+// literal never indexed. Indexed, the first adds the fields to the dynamic
+// table and the later ones refer to them; the table never evicts them (they
+// take far less than its 4,096 bytes), so the later block is the same on
+// every stream.
+func requestHeader(addr string, indexed bool) (first, later []byte) {
 	var b bytes.Buffer
 	enc := hpack.NewEncoder(&b)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", shouldRateLimit},
-		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: true}) // a bytes.Buffer does not fail
+	block := func() []byte {
+		b.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", shouldRateLimit},
+			{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1], Sensitive: !indexed}) // a bytes.Buffer does not fail
+		}
+		return bytes.Clone(b.Bytes())
 	}
-	return b.Bytes()
+	first = block()
+	return first, block()
 }
 
 func appendFrame(b []byte, typ, flags byte, id uint32, p []byte) []byte {
@@ -279,7 +294,11 @@ func (c *rlsConn) send(call *rlsCall, msg []byte) error {
 	c.nextID += 2
 	c.window -= int64(len(msg))
 	c.pending[id] = call
-	c.wbuf = appendFrame(c.wbuf, frameHeaders, flagEndHeaders, id, c.header)
+	header := c.header
+	if id == 1 {
+		header = c.first
+	}
+	c.wbuf = appendFrame(c.wbuf, frameHeaders, flagEndHeaders, id, header)
 	c.wbuf = appendFrame(c.wbuf, frameData, flagEndStream, id, msg)
 	c.flushLocked()
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ func startRLSServer(t *testing.T) (*rlsServer, *grpc.Server, string) {
 
 func TestRLSClientAnswers(t *testing.T) {
 	_, _, addr := startRLSServer(t)
-	c, err := dialRLSClient(addr, 100, 1)
+	c, err := dialRLSClient(addr, 100, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +96,17 @@ func TestRLSClientAnswers(t *testing.T) {
 
 // TestRLSClientConcurrent sends more than the connection's initial flow
 // control window from many callers on one connection, so that it runs on
-// the server's window updates.
+// the server's window updates; with the header fields as literals and
+// indexed in HPACK's dynamic table.
 func TestRLSClientConcurrent(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("indexed=%v", indexed), func(t *testing.T) { testConcurrent(t, indexed) })
+	}
+}
+
+func testConcurrent(t *testing.T, indexed bool) {
 	_, _, addr := startRLSServer(t)
-	c, err := dialRLSClient(addr, 10_000, 1)
+	c, err := dialRLSClient(addr, 10_000, 1, indexed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +139,7 @@ func TestRLSClientConcurrent(t *testing.T) {
 
 func TestRLSClientEnds(t *testing.T) {
 	s, g, addr := startRLSServer(t)
-	c, err := dialRLSClient(addr, 100, 1)
+	c, err := dialRLSClient(addr, 100, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +157,7 @@ func TestRLSClientEnds(t *testing.T) {
 		t.Error("a call on the connection closed by it: no error")
 	}
 
-	c2, err := dialRLSClient(addr, 100, 1)
+	c2, err := dialRLSClient(addr, 100, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
