@@ -1,10 +1,10 @@
 -- lib.lua: integer helpers shared by the algorithms. Lua 5.1 numbers are
 -- doubles: integers up to 2^53 are exact, but a/b is rounded, so every
--- division goes through fdiv. Times are microseconds since the Unix epoch.
+-- division is fdiv's or cdiv's. Times are microseconds since the Unix epoch.
 -- Nothing here reads a global when the file runs, only when its functions
 -- do: the load of a Redis Functions library sees no globals.
 
--- floor(a/b) and ceil(a/b) for integers 0 <= a < 2^53 and b > 0, exact:
+-- floor(a/b) and ceil(a/b) for integers a >= 0, b > 0, a + b <= 2^53, exact:
 -- the VM's a % b is a - floor(a/b)*b on the rounded quotient, and a rounded
 -- quotient of such integers never crosses an integer (a non-integer a/b
 -- lies at least 1/b from one, while rounding moves it at most
