@@ -19,15 +19,17 @@ import (
 
 // With -callgrind N, envoycompare counts instead of timing: tokenlimit
 // serve runs under valgrind's callgrind (with asynchronous preemption off,
-// which valgrind's signal handling needs), the load generator makes every
-// user's call once and 2,000 more to warm up, callgrind_control zeroes the
-// counters, N calls follow, and callgrind_control dumps them. The dump's
-// total over N is the service's instructions per decision, all its
-// threads counted: gRPC, the Redis client, the runtime and the collector.
-// Unlike CPU time, the count hardly moves with the machine's load (two
-// runs of one build agree within about 0.5%), so that changes worth a few
-// percent show. envoyproxy/ratelimit is not run. valgrind and
-// callgrind_control must be on the PATH.
+// which valgrind's signal handling needs, and the collector off), the load
+// generator makes every user's call once and 2,000 more to warm up,
+// callgrind_control zeroes the counters, N calls follow, and
+// callgrind_control dumps them. The dump's total over N is the service's
+// instructions per decision, all its threads counted: gRPC, the Redis
+// client and the runtime. The collector is off because whether one of its
+// cycles falls within the N calls would move the count by some 3% (what
+// allocations cost it, the comparison's allocations per decision show).
+// Unlike CPU time, the count hardly moves with the machine's load, so that
+// changes worth a few percent show. envoyproxy/ratelimit is not run.
+// valgrind and callgrind_control must be on the PATH.
 
 // callgrindWarmup is how many calls beyond one per user warm the service up.
 const callgrindWarmup = 2000
@@ -48,7 +50,7 @@ func runCallgrind(o options, sc scenario, bin, tmp string) error {
 	}
 	out := filepath.Join(dir, "callgrind.out")
 	o.storeTimeout = max(o.storeTimeout, callgrindStoreTimeout)
-	s, err := startOurs(o, sc, bin, dir, redis.Addr(), "env", "GODEBUG=asyncpreemptoff=1",
+	s, err := startOurs(o, sc, bin, dir, redis.Addr(), "env", "GODEBUG=asyncpreemptoff=1", "GOGC=off",
 		"valgrind", "--tool=callgrind", "--callgrind-out-file="+out, "--log-file="+filepath.Join(dir, "valgrind.log"))
 	if err != nil {
 		return err
