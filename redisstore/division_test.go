@@ -4,10 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
 
 // The Lua's floor and ceil divisions (lib.lua's fdiv and cdiv, which the
@@ -15,13 +11,7 @@ import (
 // algorithms use them, 0 <= a and a + b <= 2^53: at the edges where a
 // rounded quotient comes nearest an integer, and at random magnitudes.
 func TestLuaDivisionIsExact(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { c.Close() })
-	lib, err := luaFiles.ReadFile("lua/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, lib := luaRedis(t)
 	const top = int64(1) << 53
 	var pairs []int64
 	add := func(a, b int64) {
@@ -53,7 +43,7 @@ for i = 1, #p, 2 do
   out[i], out[i + 1] = fdiv(p[i], p[i + 1]), cdiv(p[i], p[i + 1])
 end
 return out`
-	got, err := c.Eval(context.Background(), string(lib)+divide, nil, string(b)).Int64Slice()
+	got, err := c.Eval(context.Background(), lib+divide, nil, string(b)).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,18 +4,12 @@ import (
 	"context"
 	"slices"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
 
 // The packed integers read back in Redis' Lua as they were written, at
 // every boundary of the encoding and for arrays of every header size.
 func TestPackedIntegersRoundTripThroughLua(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c, _ := luaRedis(t)
 	edges := []int64{0, 1, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1, 1 << 32, 1764480000123456, 1 << 53,
 		-1, -32, -33, -128, -129, -1 << 40, -1 << 53}
 	for _, n := range []int{0, 1, 15, 16, 65535, 65536} {

@@ -6,23 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
 
 // Results written by the Lua (put_result) read back as they were decided,
 // in both of their forms and at the edges of every value, and widen turns
 // them into the 5 values per item that reservation records keep.
 func TestResultsRoundTripThroughLua(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { c.Close() })
-	lib, err := luaFiles.ReadFile("lua/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, lib := luaRedis(t)
 	// Per item: allowed, toolarge, remaining, retry µs, reset µs.
 	wide := []int64{
 		1, 0, 0, 0, 0,
@@ -48,7 +39,7 @@ if ARGV[2] == 'widen' then
 end
 return reply`
 	ctx := context.Background()
-	reply, err := c.Eval(ctx, string(lib)+encode, nil, string(b), "").Int64Slice()
+	reply, err := c.Eval(ctx, lib+encode, nil, string(b), "").Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +62,7 @@ return reply`
 	if _, err := readResults(items, got, reply[:len(reply)-1], 0); err == nil {
 		t.Errorf("readResults of a truncated reply: no error")
 	}
-	widened, err := c.Eval(ctx, string(lib)+encode, nil, string(b), "widen").Int64Slice()
+	widened, err := c.Eval(ctx, lib+encode, nil, string(b), "widen").Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
