@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 	"github.com/tokenlimit/tokenlimit/storetest"
@@ -27,6 +27,16 @@ func (g *gated) EvalSHA(ctx context.Context, sha string, keys, args []string) ([
 	g.calls.Add(1)
 	<-g.open
 	return g.Scripter.EvalSHA(ctx, sha, keys, args)
+}
+
+// untilLanesHeld waits until every batch lane holds a call at g's gate
+// and queued reports the other n - BatchLanes waiting behind them, failing
+// t if that does not come.
+func untilLanesHeld(t *testing.T, g *gated, queued func() int, n int) {
+	t.Helper()
+	testkit.Eventually(t, time.Minute, "a call held in every lane, the rest queued", func() bool {
+		return g.calls.Load() >= int64(redisstore.BatchLanes) && queued() >= n-redisstore.BatchLanes
+	})
 }
 
 // Checks that arrive while calls are in flight queue and are decided
@@ -53,17 +63,14 @@ func TestChecksQueuedBehindCallsShareOneCall(t *testing.T) {
 			}
 		})
 	}
-	// Two calls hold the two lanes; every other check queues behind them.
-	for redisstore.QueuedChecks(st) < callers-2 || g.calls.Load() < 2 {
-		runtime.Gosched()
-	}
+	untilLanesHeld(t, g, func() int { return redisstore.QueuedChecks(st) }, callers)
 	close(g.open)
 	wg.Wait()
 	if n := allowed.Load(); n != 5 {
 		t.Errorf("%d of %d checks allowed, want 5", n, callers)
 	}
-	if n := g.calls.Load(); n != 3 {
-		t.Errorf("%d script calls for %d checks, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	if n, lanes := g.calls.Load(), int64(redisstore.BatchLanes); n != lanes+1 {
+		t.Errorf("%d script calls for %d checks, want %d (%d alone, 1 batch of %d)", n, callers, lanes+1, lanes, callers-lanes)
 	}
 }
 
@@ -80,36 +87,34 @@ func TestQueuedCheckOfACallerThatGaveUp(t *testing.T) {
 		return err
 	}
 	var wg sync.WaitGroup
-	for range 2 {
+	lanes := redisstore.BatchLanes
+	for range lanes {
 		wg.Go(func() {
 			if err := check(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})
 	}
-	for g.calls.Load() < 2 {
-		runtime.Gosched()
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
+	untilLanesHeld(t, g, func() int { return 0 }, lanes)
 	go func() { gaveUp <- check(ctx) }()
-	for redisstore.QueuedChecks(st) < 1 {
-		runtime.Gosched()
-	}
+	untilLanesHeld(t, g, func() int { return redisstore.QueuedChecks(st) }, lanes+1)
 	cancel()
 	if err := <-gaveUp; err == nil {
 		t.Error("a cancelled queued check returned no error")
 	}
 	close(g.open)
 	wg.Wait()
-	// The cancelled check was left out of the batch: 2 of 5 are taken.
+	// The cancelled check was left out of the batch: one per lane of 5 is
+	// taken.
 	results := make([]tokenlimit.Result, 1)
 	items := []tokenlimit.Item{{Key: "user=gaveup", Limit: limit}}
 	if _, err := st.Check(context.Background(), storetest.Base, items, results); err != nil {
 		t.Fatal(err)
 	}
-	if results[0].Remaining != 3 {
-		t.Errorf("remaining %d after 2 checks and 1 abandoned one, want 3", results[0].Remaining)
+	if want := int64(5 - lanes); results[0].Remaining != want {
+		t.Errorf("remaining %d after %d checks and 1 abandoned one, want %d", results[0].Remaining, lanes, want)
 	}
 }
 
@@ -176,13 +181,11 @@ func TestReservesQueuedBehindCallsShareOneCall(t *testing.T) {
 			outs[i] = out.Status
 		})
 	}
-	for redisstore.QueuedReserves(st) < callers-2 || g.calls.Load() < 2 {
-		runtime.Gosched()
-	}
+	untilLanesHeld(t, g, func() int { return redisstore.QueuedReserves(st) }, callers)
 	close(g.open)
 	wg.Wait()
-	if n := g.calls.Load(); n != 3 {
-		t.Errorf("%d script calls for %d reservations, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	if n, lanes := g.calls.Load(), int64(redisstore.BatchLanes); n != lanes+1 {
+		t.Errorf("%d script calls for %d reservations, want %d (%d alone, 1 batch of %d)", n, callers, lanes+1, lanes, callers-lanes)
 	}
 	reserved := 0
 	for i, st0 := range outs {
@@ -222,13 +225,11 @@ func TestReservesQueuedBehindCallsShareOneCall(t *testing.T) {
 			statuses[i] = s
 		})
 	}
-	for redisstore.QueuedSettles(st2) < callers-2 || g2.calls.Load() < 2 {
-		runtime.Gosched()
-	}
+	untilLanesHeld(t, g2, func() int { return redisstore.QueuedSettles(st2) }, callers)
 	close(g2.open)
 	wg.Wait()
-	if n := g2.calls.Load(); n != 3 {
-		t.Errorf("%d script calls for %d settlements, want 3 (2 alone, 1 batch of %d)", n, callers, callers-2)
+	if n, lanes := g2.calls.Load(), int64(redisstore.BatchLanes); n != lanes+1 {
+		t.Errorf("%d script calls for %d settlements, want %d (%d alone, 1 batch of %d)", n, callers, lanes+1, lanes, callers-lanes)
 	}
 	for i, s := range statuses {
 		if want := map[bool]tokenlimit.SettleStatus{true: tokenlimit.Settled, false: tokenlimit.UnknownReservation}[outs[i] == tokenlimit.Reserved]; s != want {

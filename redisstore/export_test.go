@@ -7,6 +7,9 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 )
 
+// BatchLanes is how many calls one batcher keeps in flight.
+const BatchLanes = batchLanes
+
 // BatchScriptAlways makes every check of s run through check_batch.lua, a
 // lone one too, so that the suites exercise the batch script on every
 // decision rather than only when checks happen to queue.

@@ -634,13 +634,24 @@ func report(sc scenario, svcs []*service, runs [][]tally) {
 		}
 	}
 	o, e := rows[0], rows[1]
-	fmt.Printf("\nRatios tokenlimit / envoyproxy/ratelimit: decisions/s %.2fx, service CPU per decision %.2fx, redis CPU per decision %.2fx, p50 %.2fx\n\n",
-		o.rate/e.rate, o.svcCPU/e.svcCPU, o.redisCPU/e.redisCPU, o.p50/e.p50)
+	fmt.Printf("\nRatios tokenlimit / envoyproxy/ratelimit: decisions/s %.2fx, service CPU per decision %.2fx, redis CPU per decision %s, p50 %.2fx\n\n",
+		o.rate/e.rate, o.svcCPU/e.svcCPU, cpuRatio(o.redisCPU, e.redisCPU), o.p50/e.p50)
 	fmt.Print("Targets:")
 	if sc.minRate > 0 {
 		fmt.Printf(" decisions/s ≥ %.1fx: %.2fx, %s;", sc.minRate, o.rate/e.rate, verdict(o.rate/e.rate >= sc.minRate))
 	}
 	fmt.Printf(" service CPU per decision ≤ %.1fx: %.2fx, %s.\n\n", sc.maxCPU, o.svcCPU/e.svcCPU, verdict(o.svcCPU/e.svcCPU <= sc.maxCPU))
+}
+
+// cpuRatio formats the ratio of two CPU times per decision in ns, or "–"
+// when either is under 0.5 µs, too little for a ratio to mean anything:
+// the over-limit scenario's Redis CPU, a few of the kernel's 10 ms ticks
+// in a whole run.
+func cpuRatio(ours, theirs float64) string {
+	if ours < 500 || theirs < 500 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", ours/theirs)
 }
 
 func verdict(ok bool) string {
