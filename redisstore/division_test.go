@@ -8,15 +8,16 @@ import (
 
 // The Lua's floor and ceil divisions (lib.lua's fdiv and cdiv, which the
 // hot paths write inline) agree with integer division wherever the
-// algorithms use them, 0 <= a and a + b <= 2^53: at the edges where a
-// rounded quotient comes nearest an integer, and at random magnitudes.
+// algorithms use them, |a| + b <= 2^53: at the edges where a rounded
+// quotient comes nearest an integer, and at random magnitudes, of either
+// sign.
 func TestLuaDivisionIsExact(t *testing.T) {
 	c, lib := luaRedis(t)
 	const top = int64(1) << 53
 	var pairs []int64
 	add := func(a, b int64) {
 		if a >= 0 && b > 0 && a+b <= top {
-			pairs = append(pairs, a, b)
+			pairs = append(pairs, a, b, -a, b)
 		}
 	}
 	for _, b := range []int64{1, 2, 3, 7, 1000, 1_000_000, 999_999_937, 1<<26 + 1, 1<<52 + 1, top - 1} {
@@ -52,7 +53,13 @@ return out`
 	}
 	for i := 0; i < len(pairs); i += 2 {
 		a, d := pairs[i], pairs[i+1]
-		floor, ceil := a/d, (a+d-1)/d
+		floor, ceil := a/d, a/d // Go's / truncates toward zero
+		if a%d != 0 && a < 0 {
+			floor--
+		}
+		if a%d != 0 && a > 0 {
+			ceil++
+		}
 		if got[i] != floor || got[i+1] != ceil {
 			t.Errorf("%d / %d: Lua floor %d ceil %d, want %d and %d", a, d, got[i], got[i+1], floor, ceil)
 		}

@@ -2,6 +2,12 @@
 -- State: the theoretical arrival time "tat" (an integer, so Redis stores it
 -- in 8 bytes) or "tat:frac" when the interval leaves a fraction of a µs.
 
+-- The two integers of a state "tat:frac".
+local function tb_split(v)
+  local colon = string.find(v, ':', 1, true)
+  return tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1))
+end
+
 -- The bucket stored as v (nil: none) at now.
 local function tb_state(v, now)
   if not v then
@@ -10,8 +16,7 @@ local function tb_state(v, now)
   -- "tat" is a number as it is; "tat:frac" is not.
   local tat, frac = tonumber(v), 0
   if not tat then
-    local colon = string.find(v, ':', 1, true)
-    tat, frac = tonumber(string.sub(v, 1, colon - 1)), tonumber(string.sub(v, colon + 1))
+    tat, frac = tb_split(v)
   end
   if tat < now then
     return now, 0
@@ -53,13 +58,15 @@ end
 -- The admitted path, the common one, is written out: no calls but the
 -- state's parse and format (fdiv and cdiv inline, as lib.lua explains).
 local function tb_check(v, cap, num, den, now, cost)
+  -- tb_state, written out.
   local tat, frac = now, 0
   if v then
     tat = tonumber(v)
     if not tat then
-      tat, frac = tb_state(v, now)
-    elseif tat < now then
-      tat = now
+      tat, frac = tb_split(v)
+    end
+    if tat < now then
+      tat, frac = now, 0
     end
   end
   local full = cap * num
@@ -74,11 +81,15 @@ local function tb_check(v, cap, num, den, now, cost)
   local nfrac = units % den
   local ntat = tat + (units - nfrac) / den
   local ahead = ntat - now - span
-  if ahead > 0 or (ahead == 0 and nfrac > full - span * den) then
-    if nfrac > full - span * den then
-      ahead = ahead + 1
+  if ahead >= 0 then
+    -- Past the span, or at it with more of a µs than the span's own part.
+    local over = nfrac > full - span * den
+    if ahead > 0 or over then
+      if over then
+        ahead = ahead + 1
+      end
+      return 0, 0, tb_left(cap, num, den, span, tat, frac, now), ahead, tb_reset(tat, frac, now)
     end
-    return 0, 0, tb_left(cap, num, den, span, tat, frac, now), ahead, tb_reset(tat, frac, now)
   end
   -- Allowed, so ntat - now <= span: what is left needs no clamp.
   local used = (ntat - now) * den + nfrac

@@ -4,11 +4,11 @@
 -- Nothing here reads a global when the file runs, only when its functions
 -- do: the load of a Redis Functions library sees no globals.
 
--- floor(a/b) and ceil(a/b) for integers a >= 0, b > 0, a + b <= 2^53, exact:
+-- floor(a/b) and ceil(a/b) for integers b > 0, |a| + b <= 2^53, exact:
 -- the VM's a % b is a - floor(a/b)*b on the rounded quotient, and a rounded
 -- quotient of such integers never crosses an integer (a non-integer a/b
 -- lies at least 1/b from one, while rounding moves it at most
--- a/b * 2^-53 < 1/b), so a % b is the true remainder and the rest is
+-- |a/b| * 2^-53 < 1/b), so a % b is the true remainder and the rest is
 -- exact integer arithmetic. Hot paths write these expressions inline: a
 -- Lua call costs Redis more than the division.
 local function fdiv(a, b)
