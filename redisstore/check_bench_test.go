@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -155,19 +154,8 @@ func benchRedis(b *testing.B) (addr string, scriptUsec func() float64) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var usec float64
-		for line := range strings.SplitSeq(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if name != "cmdstat_fcall" && name != "cmdstat_evalsha" || !ok {
-				continue
-			}
-			for field := range strings.SplitSeq(rest, ",") {
-				if v, ok := strings.CutPrefix(field, "usec="); ok {
-					n, _ := strconv.ParseFloat(v, 64)
-					usec += n
-				}
-			}
-		}
+		stats := commandStats(info)
+		usec := stats["fcall"]["usec"] + stats["evalsha"]["usec"]
 		return usec
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -278,16 +279,31 @@ func commandCalls(t testing.TB, srv *redistest.Server) map[string]int {
 		t.Fatal(err)
 	}
 	calls := map[string]int{}
-	for line := range strings.SplitSeq(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		var n int
-		fmt.Sscanf(rest, "%d", &n)
-		calls[strings.TrimPrefix(name, "cmdstat_")] = n
+	for name, stat := range commandStats(info) {
+		calls[name] = int(stat["calls"])
 	}
 	return calls
+}
+
+// commandStats parses INFO commandstats: per command name (without
+// "cmdstat_"), its fields (calls, usec, ...) by name.
+func commandStats(info string) map[string]map[string]float64 {
+	stats := map[string]map[string]float64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		fields := map[string]float64{}
+		for field := range strings.SplitSeq(rest, ",") {
+			if k, v, ok := strings.Cut(field, "="); ok {
+				fields[k], _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		stats[name] = fields
+	}
+	return stats
 }
 
 // storeCalls is how many calls of the store's code commandstats counts:
