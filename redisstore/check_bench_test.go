@@ -129,7 +129,7 @@ func BenchmarkBatchCall(b *testing.B) {
 								items[j][l] = tokenlimit.Item{Key: "user-" + strconv.Itoa((next+j)%10_000), Limit: lim, Cost: 1}
 							}
 						}
-						if err := redisstore.CheckInOneCall(st, items, results); err != nil || !results[0][0].Allowed {
+						if err := redisstore.CheckInOneCall(st, time.Now(), items, results); err != nil || !results[0][0].Allowed {
 							b.Fatal(err, results[0][0])
 						}
 					}

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -138,4 +140,51 @@ func TestDifferentialRandomPrograms(t *testing.T) {
 			runProgram(t, mem, red, uint8(n), program)
 		})
 	}
+}
+
+// TestDifferentialBatchCalls runs seeded random runs of checks, alone and
+// in groups, on a few keys that they share; the Redis store decides each
+// run in one batch call, the memory store one check after another. A
+// check in a batch call must see every check before it in the call, as it
+// would with one call per check.
+func TestDifferentialBatchCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rng := rand.New(rand.NewPCG(2026, 12))
+	// Each key has one limit, as a key names one limit's state.
+	limitOf := differentialLimits
+	for n := range 24 {
+		mem, red := newPair(t, srv, false, n%2 == 1)
+		now := storetest.Base
+		for round := range 40 {
+			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+			items := make([][]tokenlimit.Item, 1+rng.IntN(12))
+			for i := range items {
+				for _, k := range rng.Perm(len(limitOf))[:1+rng.IntN(3)*rng.IntN(2)] {
+					l := limitOf[k]
+					items[i] = append(items[i], tokenlimit.Item{Key: "{k}:" + strconv.Itoa(k), Limit: l, Cost: rng.Int64N(l.Capacity() + 2)})
+				}
+			}
+			got, want := resultsFor(items), resultsFor(items)
+			if err := redisstore.CheckInOneCall(red.(*redisstore.Store), now, items, got); err != nil {
+				t.Fatalf("program %d, round %d: batch call: %v", n, round, err)
+			}
+			for i := range items {
+				if _, err := mem.Check(context.Background(), now, items[i], want[i]); err != nil {
+					t.Fatalf("program %d, round %d, check %d: memstore: %v", n, round, i, err)
+				}
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("program %d, round %d, check %d of %d at +%s, items %+v:\nmemstore %+v\n   redis %+v", n, round, i, len(items), now.Sub(storetest.Base), items[i], want[i], got[i])
+				}
+			}
+		}
+	}
+}
+
+// resultsFor is a result slice for each check of items.
+func resultsFor(items [][]tokenlimit.Item) [][]tokenlimit.Result {
+	out := make([][]tokenlimit.Result, len(items))
+	for i := range items {
+		out[i] = make([]tokenlimit.Result, len(items[i]))
+	}
+	return out
 }

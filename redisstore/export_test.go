@@ -51,11 +51,12 @@ func QueuedSettles(s *Store) int {
 
 // CheckInOneCall decides checks (items[i], into results[i]) in one call of
 // check_batch.lua, as a batch of len(items) checks that queued together
-// would be, each at the server's time unless s decides at the caller's.
-func CheckInOneCall(s *Store, items [][]tokenlimit.Item, results [][]tokenlimit.Result) error {
+// would be, each at the server's time unless s decides at the caller's
+// (then at now).
+func CheckInOneCall(s *Store, now time.Time, items [][]tokenlimit.Item, results [][]tokenlimit.Result) error {
 	jobs := make([]*batchJob, len(items))
 	for i := range jobs {
-		jobs[i] = &batchJob{ctx: context.Background(), now: time.Now(), items: items[i], results: results[i]}
+		jobs[i] = &batchJob{ctx: context.Background(), now: now, items: items[i], results: results[i]}
 	}
 	return s.checkMany(context.Background(), jobs, &callBuffers{})
 }

@@ -7,11 +7,32 @@
 -- Reply: the server's time (0 if no check used it), then per check its
 -- items' results as in check.lua (a check's decision time is the caller's
 -- now or the server's time, which the caller knows).
+-- Every key's value is read up front in one call (batch_values); a key
+-- that an earlier check wrote is read again, so each check sees the ones
+-- before it.
+
+-- The most keys batch_values reads in one MGET: their values stay on Lua's
+-- stack (at most about 8,000 slots) until they are in a table.
+local MAX_BATCH_VALUES = 1024
+
+-- The values of a batch call's keys read in one MGET (false for a key that
+-- holds none, or not a string), or nil for one key or more than
+-- MAX_BATCH_VALUES: one call instead of a GET per check. A value read so
+-- is the key's before the call's first check: a key that an earlier check
+-- of the call wrote is read again (written).
+local function batch_values(keys)
+  local n = #keys
+  if n < 2 or n > MAX_BATCH_VALUES then
+    return nil
+  end
+  return redis.call('MGET', unpack(keys))
+end
 
 local function check_batch(keys, argv)
   local pad = tonumber(argv[1])
   local p = cmsgpack.unpack(argv[2])
   local reply, server = { 0 }, nil
+  local values, written = batch_values(keys), {}
   local a, k, last = 0, 1, #p
   while a < last do
     local now = p[a + 1]
@@ -26,7 +47,12 @@ local function check_batch(keys, argv)
     if n == 1 and alg ~= SLIDING_LOG then
       -- The common case written out: one item of a one-key algorithm.
       local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 7]
-      local v = redis.call('GET', key)
+      local v
+      if values and not written[key] then
+        v = values[k]
+      else
+        v = redis.call('GET', key)
+      end
       if alg == FIXED_WINDOW then
         ok, big, rem, retry, reset, state = fw_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
       elseif alg == SLIDING_COUNTER then
@@ -36,6 +62,7 @@ local function check_batch(keys, argv)
       end
       if state then
         store(key, state, reset, pad)
+        written[key] = true
       end
       local r = #reply
       if ok == 1 and big == 0 and retry == 0 then
@@ -45,7 +72,11 @@ local function check_batch(keys, argv)
       end
       k = k + 1
     else
-      k = check_group(keys, p, reply, a + 2, n, k, now, pad)
+      local next_k = check_group(keys, p, reply, a + 2, n, k, now, pad, values, written)
+      for i = k, next_k - 1 do
+        written[keys[i]] = true
+      end
+      k = next_k
     end
     a = a + 2 + 5 * n
   end

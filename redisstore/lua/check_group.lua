@@ -4,7 +4,9 @@
 -- values each (algorithm, p1, p2, p3, cost; see check.lua) in p, the
 -- call's unpacked numbers, from index a + 1, and their keys in keys from
 -- index k. It appends each item's result to reply (put_result's form) and
--- returns the index of the next group's first key.
+-- returns the index of the next group's first key. values, when not nil,
+-- holds the keys' values as read before the call's first check, which the
+-- group uses for every key not in written (batch_values, check_batch.lua).
 
 -- Decides an item; v is its key's value (nil: none) except for a sliding
 -- log, which reads its own keys.
@@ -28,14 +30,21 @@ local function commit(keys, alg, k, len, now, cost, state, reset, pad)
   end
 end
 
-local function check_group(keys, p, reply, a, n, k, now, pad)
+local function check_group(keys, p, reply, a, n, k, now, pad, values, written)
   local r = #reply
   -- Charges wait until every item allowed: 10 values per chargeable item.
   local charges, nc, all = {}, 0, true
   for _ = 1, n do
     local alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
     -- A sliding log reads its own keys.
-    local v = alg ~= SLIDING_LOG and redis.call('GET', keys[k])
+    local v = false
+    if alg ~= SLIDING_LOG then
+      if values and not written[keys[k]] then
+        v = values[k]
+      else
+        v = redis.call('GET', keys[k])
+      end
+    end
     local ok, big, rem, retry, reset, state = decide(v, keys, alg, k, p1, p2, p3, now, cost)
     local last = put_result(reply, r, ok, big, rem, retry, reset)
     all = all and ok == 1
