@@ -154,13 +154,14 @@ func (b *batcher) run(bufs *callBuffers) {
 // callBuffers are what a lane reuses from one batch call to the next, and
 // from one busy spell to the next (bufPool): the call's checks, its keys
 // (the client copies the slice into its command), the keys' bytes, the
-// buffer its packed argument is built in (the argument is a copy) and its
-// callers' contexts.
+// buffer its packed argument is built in (the argument is a copy), its
+// distinct limits and its callers' contexts.
 type callBuffers struct {
 	jobs    []*batchJob
 	keys    []string
 	keyData callKeys
 	packed  []byte
+	limits  callLimits
 	ctxs    []context.Context
 }
 
@@ -284,25 +285,7 @@ func endTogether(ctxs []context.Context) bool {
 // checkMany runs check_batch.lua on jobs and writes each job's results and
 // decision time, building the call in bufs.
 func (s *Store) checkMany(ctx context.Context, jobs []*batchJob, bufs *callBuffers) error {
-	nk, nv := 0, 0
-	for _, j := range jobs {
-		nk += len(j.items) + 1
-		nv += 2 + 5*len(j.items)
-	}
-	keys := slices.Grow(bufs.keys[:0], nk)
-	packed := appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv)
-	for _, j := range jobs {
-		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
-		for _, it := range j.items {
-			packed = appendItem(packed, it.Limit, it.Cost)
-		}
-	}
-	for _, j := range jobs {
-		bufs.keyData.add(s, j.items)
-	}
-	keys = bufs.keyData.appendTo(keys)
-	args := []string{s.padMs, string(packed)}
-	bufs.keys, bufs.packed = keys, packed
+	keys, args := s.packChecks(jobs, bufs)
 	reply, err := s.run(ctx, checkBatch, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
@@ -325,6 +308,41 @@ func (s *Store) checkMany(ctx context.Context, jobs []*batchJob, bufs *callBuffe
 		return fmt.Errorf("redisstore: check batch: reply has %d values, want %d", len(reply), r)
 	}
 	return nil
+}
+
+// packChecks is the keys and arguments of check_batch.lua for jobs, built
+// in bufs.
+func (s *Store) packChecks(jobs []*batchJob, bufs *callBuffers) (keys, args []string) {
+	limits := &bufs.limits
+	limits.reset()
+	nk, nv := 0, 0
+	for _, j := range jobs {
+		nk += len(j.items) + 1
+		nv += 2 + 2*len(j.items)
+		for _, it := range j.items {
+			limits.add(it.Limit)
+		}
+	}
+	nv += 1 + 4*len(limits.limits)
+	packed := appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv)
+	packed = appendInt(packed, int64(len(limits.limits)))
+	for _, l := range limits.limits {
+		packed = appendLimit(packed, l)
+	}
+	item := 0
+	for _, j := range jobs {
+		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
+		for _, it := range j.items {
+			packed = appendInt(appendInt(packed, limits.refs[item]), it.Cost)
+			item++
+		}
+	}
+	for _, j := range jobs {
+		bufs.keyData.add(s, j.items)
+	}
+	keys = bufs.keyData.appendTo(slices.Grow(bufs.keys[:0], nk))
+	bufs.keys, bufs.packed = keys, packed
+	return keys, []string{s.padMs, string(packed)}
 }
 
 // clusterSlots is the number of Redis Cluster hash slots.

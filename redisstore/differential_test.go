@@ -150,14 +150,19 @@ func TestDifferentialRandomPrograms(t *testing.T) {
 func TestDifferentialBatchCalls(t *testing.T) {
 	srv := redistest.Start(t)
 	rng := rand.New(rand.NewPCG(2026, 12))
-	// Each key has one limit, as a key names one limit's state.
-	limitOf := differentialLimits
+	// Each key has one limit, as a key names one limit's state; with the
+	// buckets below, a call can hold more distinct limits than the store
+	// looks up when it packs them.
+	limitOf := slices.Clone(differentialLimits)
+	for i := range 20 {
+		limitOf = append(limitOf, tokenlimit.TokenBucketLimit(int64(3+i), int64(5+2*i), time.Second))
+	}
 	for n := range 24 {
 		mem, red := newPair(t, srv, false, n%2 == 1)
 		now := storetest.Base
 		for round := range 40 {
 			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
-			items := make([][]tokenlimit.Item, 1+rng.IntN(12))
+			items := make([][]tokenlimit.Item, 1+rng.IntN(40))
 			for i := range items {
 				for _, k := range rng.Perm(len(limitOf))[:1+rng.IntN(3)*rng.IntN(2)] {
 					l := limitOf[k]

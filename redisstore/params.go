@@ -54,8 +54,53 @@ func limitParams(l tokenlimit.Limit) (p1, p2, p3 int64) {
 
 // appendItem adds an item's 5 values: algorithm, parameters, cost.
 func appendItem(b []byte, l tokenlimit.Limit, cost int64) []byte {
+	return appendInt(appendLimit(b, l), cost)
+}
+
+// appendLimit adds a limit's 4 values: algorithm and parameters.
+func appendLimit(b []byte, l tokenlimit.Limit) []byte {
 	p1, p2, p3 := limitParams(l)
-	return appendInt(appendInt(appendInt(appendInt(appendInt(b, int64(l.Algorithm)), p1), p2), p3), cost)
+	return appendInt(appendInt(appendInt(appendInt(b, int64(l.Algorithm)), p1), p2), p3)
+}
+
+// callLimits are the distinct limits of a batch call's items: the call
+// packs each limit once and an item the position of its limit's values
+// (check_batch.lua), so that Redis decodes 2 values per item rather than 5.
+// Items are looked up among the first maxLimitScan limits only; an item
+// whose limit is not among them adds it again, which costs the call
+// values, never a wrong answer.
+type callLimits struct {
+	limits []tokenlimit.Limit
+	// refs holds, per item added, where its limit's values start in the
+	// packed array as the Lua indexes it: the index before the algorithm's.
+	refs []int64
+}
+
+// maxLimitScan bounds the limits an item's is compared with.
+const maxLimitScan = 16
+
+// add records an item's limit.
+func (c *callLimits) add(l tokenlimit.Limit) {
+	for i, known := range c.limits[:min(len(c.limits), maxLimitScan)] {
+		if known == l {
+			c.refs = append(c.refs, limitRef(i))
+			return
+		}
+	}
+	c.limits = append(c.limits, l)
+	c.refs = append(c.refs, limitRef(len(c.limits)-1))
+}
+
+// limitRef is where the i-th limit's values start in the packed array:
+// after the count of limits and the 4 values of each one before it.
+func limitRef(i int) int64 {
+	return 1 + 4*int64(i)
+}
+
+// reset empties c, keeping its arrays.
+func (c *callLimits) reset() {
+	clear(c.limits)
+	c.limits, c.refs = c.limits[:0], c.refs[:0]
 }
 
 // packItems is the packed argument of items: their 5 values each.

@@ -1,9 +1,12 @@
 -- check_batch.lua: decides several independent checks in one call, in
 -- order, each all or nothing as check.lua decides one: a batch shares one
 -- call's fixed cost. ARGV[1]: TTL padding in ms; ARGV[2]: a MessagePack
--- array holding per check: now in µs or -1 for the server's TIME (read once
--- per call), the number of items n, and 5 values per item as in check.lua.
--- KEYS: every check's keys in order.
+-- array holding the number of distinct limits m, their 4 values each
+-- (algorithm, p1, p2, p3 as in check.lua), then per check: now in µs or -1
+-- for the server's TIME (read once per call), the number of items n, and
+-- per item 2 values: where its limit's values start in the array (the
+-- index before its algorithm's) and its cost. Each limit is decoded once
+-- however many items share it. KEYS: every check's keys in order.
 -- Reply: the server's time (0 if no check used it), then per check its
 -- items' results as in check.lua (a check's decision time is the caller's
 -- now or the server's time, which the caller knows).
@@ -33,7 +36,7 @@ local function check_batch(keys, argv)
   local p = cmsgpack.unpack(argv[2])
   local reply, server = { 0 }, nil
   local values, written = batch_values(keys), {}
-  local a, k, last = 0, 1, #p
+  local a, k, last = 1 + 4 * p[1], 1, #p
   while a < last do
     local now = p[a + 1]
     if now < 0 then
@@ -43,10 +46,11 @@ local function check_batch(keys, argv)
       end
       now = server
     end
-    local n, alg = p[a + 2], p[a + 3]
+    local n, l = p[a + 2], p[a + 3]
+    local alg = p[l + 1]
     if n == 1 and alg ~= SLIDING_LOG then
       -- The common case written out: one item of a one-key algorithm.
-      local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 7]
+      local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 4]
       local v
       if values and not written[key] then
         v = values[k]
@@ -54,11 +58,11 @@ local function check_batch(keys, argv)
         v = redis.call('GET', key)
       end
       if alg == FIXED_WINDOW then
-        ok, big, rem, retry, reset, state = fw_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+        ok, big, rem, retry, reset, state = fw_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
       elseif alg == SLIDING_COUNTER then
-        ok, big, rem, retry, reset, state = sc_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+        ok, big, rem, retry, reset, state = sc_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
       else
-        ok, big, rem, retry, reset, state = tb_check(v, p[a + 4], p[a + 5], p[a + 6], now, cost)
+        ok, big, rem, retry, reset, state = tb_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
       end
       if state then
         store(key, state, reset, pad)
@@ -72,13 +76,13 @@ local function check_batch(keys, argv)
       end
       k = k + 1
     else
-      local next_k = check_group(keys, p, reply, a + 2, n, k, now, pad, values, written)
+      local next_k = check_group(keys, p, reply, a + 2, n, k, now, pad, values, written, true)
       for i = k, next_k - 1 do
         written[keys[i]] = true
       end
       k = next_k
     end
-    a = a + 2 + 5 * n
+    a = a + 2 + 2 * n
   end
   return reply
 end

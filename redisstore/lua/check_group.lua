@@ -2,11 +2,13 @@
 -- tokenlimit.Store.Check, shared by check.lua (one group per call),
 -- check_batch.lua (many) and reserve.lua. The group's n items have their 5
 -- values each (algorithm, p1, p2, p3, cost; see check.lua) in p, the
--- call's unpacked numbers, from index a + 1, and their keys in keys from
--- index k. It appends each item's result to reply (put_result's form) and
--- returns the index of the next group's first key. values, when not nil,
--- holds the keys' values as read before the call's first check, which the
--- group uses for every key not in written (batch_values, check_batch.lua).
+-- call's unpacked numbers, from index a + 1, or if by_ref 2 values each
+-- (where the item's limit's 4 values start in p, and its cost; see
+-- check_batch.lua); their keys are in keys from index k. It appends each
+-- item's result to reply (put_result's form) and returns the index of the
+-- next group's first key. values, when not nil, holds the keys' values as
+-- read before the call's first check, which the group uses for every key
+-- not in written (batch_values, check_batch.lua).
 
 -- Decides an item; v is its key's value (nil: none) except for a sliding
 -- log, which reads its own keys.
@@ -30,12 +32,20 @@ local function commit(keys, alg, k, len, now, cost, state, reset, pad)
   end
 end
 
-local function check_group(keys, p, reply, a, n, k, now, pad, values, written)
+local function check_group(keys, p, reply, a, n, k, now, pad, values, written, by_ref)
   local r = #reply
   -- Charges wait until every item allowed: 10 values per chargeable item.
   local charges, nc, all = {}, 0, true
   for _ = 1, n do
-    local alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
+    local alg, p1, p2, p3, cost
+    if by_ref then
+      local l = p[a + 1]
+      alg, p1, p2, p3, cost = p[l + 1], p[l + 2], p[l + 3], p[l + 4], p[a + 2]
+      a = a + 2
+    else
+      alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
+      a = a + 5
+    end
     -- A sliding log reads its own keys.
     local v = false
     if alg ~= SLIDING_LOG then
@@ -55,7 +65,6 @@ local function check_group(keys, p, reply, a, n, k, now, pad, values, written)
     end
     r = last
     k = k + key_count(alg)
-    a = a + 5
   end
   for c = 1, nc, 10 do
     local cr, alg, ck, p1, p2, p3, cost, state, reset, v = unpack(charges, c, c + 9)
