@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -139,11 +140,18 @@ func (b *batcher) next() {
 
 // run decides bufs.jobs, then the checks queued meanwhile, call after call,
 // until none is queued: one goroutine per busy spell of a lane, not one per
-// call.
+// call. After a call it yields once before taking the queue, so that the
+// callers it has just woken, runnable on its processor, can queue their
+// next checks first. Without that it took the one or two that had, or
+// found none and freed the lane, and the next caller took that lane alone:
+// most calls carried one check while the other lane carried the rest. The
+// yield is no timer: with nothing else runnable it returns at once, and a
+// lone caller never gets here.
 func (b *batcher) run(bufs *callBuffers) {
 	for {
 		b.s.runBatch(bufs)
 		clear(bufs.jobs)
+		runtime.Gosched()
 		if !b.nextJobs(bufs) {
 			bufPool.Put(bufs)
 			return
