@@ -23,7 +23,9 @@ import (
 // Bounds of one batch call.
 const (
 	// maxBatchItems bounds the items of one batch call (a check is never
-	// split, so a call holds at least one check).
+	// split, so a call holds at least one check). check_batch.lua puts the
+	// call's keys, up to two per item, on Lua's stack at once, which holds
+	// about 8,000.
 	maxBatchItems = 128
 	// batchLanes is how many calls one batcher keeps in flight: while one
 	// call is on the wire or in Redis, the next can be formed and sent.

@@ -14,18 +14,14 @@
 -- that an earlier check wrote is read again, so each check sees the ones
 -- before it.
 
--- The most keys batch_values reads in one MGET: their values stay on Lua's
--- stack (at most about 8,000 slots) until they are in a table.
-local MAX_BATCH_VALUES = 1024
-
 -- The values of a batch call's keys read in one MGET (false for a key that
--- holds none, or not a string), or nil for one key or more than
--- MAX_BATCH_VALUES: one call instead of a GET per check. A value read so
--- is the key's before the call's first check: a key that an earlier check
--- of the call wrote is read again (written).
+-- holds none, or not a string), or nil for a call of one key: one call
+-- instead of a GET per check. A value read so is the key's before the
+-- call's first check: a key that an earlier check of the call wrote is read
+-- again (written). unpack puts every key on Lua's stack, which holds about
+-- 8,000: a call has at most 2 * maxBatchItems keys (batch.go).
 local function batch_values(keys)
-  local n = #keys
-  if n < 2 or n > MAX_BATCH_VALUES then
+  if #keys < 2 then
     return nil
   end
   return redis.call('MGET', unpack(keys))
