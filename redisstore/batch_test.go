@@ -126,9 +126,22 @@ func TestQueuedChecksOfCallersThatGiveUpAtRandom(t *testing.T) {
 	srv := redistest.Start(t)
 	st := newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(newPrefix()))
 	const callers, checks = 32, 60
+	limits := make([]tokenlimit.Limit, callers)
+	for c := range limits {
+		limits[c] = tokenlimit.TokenBucketLimit(int64(1_000+c), 1, time.Hour)
+		// One check per key first, with nobody giving up: rueidis dials a
+		// connection on the context of the first call routed to it, and
+		// every call waiting for that dial gets its error, so a caller
+		// giving up during the dial would fail the others' checks (notes,
+		// follow-ups). The connections stay up for the rest of the test.
+		items := []tokenlimit.Item{{Key: fmt.Sprintf("user=%d", c), Limit: limits[c], Cost: 0}}
+		if _, err := st.Check(context.Background(), storetest.Base, items, make([]tokenlimit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	for c := range callers {
-		limit := tokenlimit.TokenBucketLimit(int64(1_000+c), 1, time.Hour)
+		limit := limits[c]
 		wg.Go(func() {
 			items := []tokenlimit.Item{{Key: fmt.Sprintf("user=%d", c), Limit: limit, Cost: 1}}
 			for i := range checks {
