@@ -90,6 +90,7 @@ type entry struct {
 type limitInfo struct {
 	lim      tokenlimit.Limit
 	capacity int64 // lim.Capacity()
+	bucketed bool  // a TokenBucket or GCRA: b is set
 	w        algo.Window
 	b        algo.Bucket
 }
@@ -144,36 +145,42 @@ type pending struct {
 // Check implements tokenlimit.Store. When the store is full it sweeps every
 // shard of expired keys and tries once more before refusing.
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	at, err := s.check(now, items, results)
-	if err != nil && errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
-		at, err = s.check(now, items, results)
+	if len(items) == 1 && len(results) == 1 {
+		return s.checkOne(now, items, results)
 	}
-	return at, err
+	err := s.checkItems(now, items, results)
+	if s.retryFull(err, now) {
+		err = s.checkItems(now, items, results)
+	}
+	return now, err
 }
 
-func (s *Store) check(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if len(items) == 1 {
-		var one [1]pending
-		return now, s.checkOne(now, items, one[:], results)
-	}
+// retryFull reports whether err is tokenlimit.ErrStoreFull and sweeping
+// every shard freed keys: then the call that failed may try once more.
+func (s *Store) retryFull(err error, now time.Time) bool {
+	return err != nil && errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now)
+}
+
+// checkItems is one attempt of Check for any number of items.
+func (s *Store) checkItems(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) error {
 	var buf [4]pending
 	decided := buf[:]
 	if len(items) > len(buf) && len(items) <= tokenlimit.MaxItems {
 		decided = make([]pending, len(items))
 	}
 	if err := s.prepare(items, results, decided); err != nil {
-		return now, err
+		return err
 	}
 	t, err := micros(now)
 	if err != nil {
-		return now, err
+		return err
 	}
 	decided = decided[:len(items)]
 	var locks lockSet
 	s.lock(&locks, decided, t)
 	defer s.unlock(&locks)
 	_, err = s.checkLocked(items, decided, results, t, 0)
-	return now, err
+	return err
 }
 
 // checkLocked decides items, prepared in decided, at now and, if all allow,
@@ -196,57 +203,77 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 		s.reportUncharged(items, decided, t)
 	}
 	for i := range decided {
-		results[i] = decided[i].li.result(decided[i].out)
+		decided[i].li.result(&results[i], &decided[i].out)
 	}
 	return allowed, nil
 }
 
-// checkOne is check for one item: one shard, and a denial is already the
-// uncharged state.
-func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, decided []pending, results []tokenlimit.Result) error {
-	p, it := &decided[0], &items[0]
-	if err := s.prepareOne(it, p, items, results, decided); err != nil {
-		return err
+// checkOne is Check for one item and one result: one shard, and a denial
+// is already the uncharged state. A known bucket is decided and charged in
+// place.
+func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
+	it := &items[0]
+	li := s.known(it.Limit)
+	if li == nil || !quickValid(it) {
+		var one [1]pending
+		if err := s.prepare(items, results, one[:]); err != nil {
+			return now, err
+		}
+		li = one[0].li
 	}
 	t, err := micros(now)
 	if err != nil {
-		return err
+		return now, err
 	}
-	sh := s.shardOf(p.h)
+	h := s.keyHash(it.Key)
+	sh := s.shardOf(h)
+	// Up to the Unlock below, the bucket path sweeps, reads maps and does
+	// integer arithmetic on a valid limit, none of which can panic: it
+	// needs no defer.
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	s.sweepDue(sh, t)
-	p.e = s.lookup(p.h, it.Limit.Algorithm, it.Key)
-	if e, alg := p.e, it.Limit.Algorithm; e != nil && (alg == tokenlimit.TokenBucket || alg == tokenlimit.GCRA) { // decide and commit a known bucket in place
-		tat, out := p.li.b.Check(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, t, it.Cost)
-		if out.Allowed && it.Cost > 0 {
-			e.s[0], e.s[1], e.expires = tat.Tat, tat.Frac, t+out.ResetAfter
+	e := sh.lookup(h, it.Limit.Algorithm, it.Key)
+	if e == nil || !li.bucketed {
+		err := s.checkOneUnlock(sh, items, results, pending{h: h, li: li, e: e}, t)
+		if s.retryFull(err, now) {
+			err = s.checkItems(now, items, results)
 		}
-		results[0] = p.li.result(out)
-		return nil
+		return now, err
 	}
+	tat, out := li.b.Check(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, t, it.Cost)
+	if out.Allowed && it.Cost > 0 {
+		e.s[0], e.s[1], e.expires = tat.Tat, tat.Frac, t+out.ResetAfter
+	}
+	sh.mu.Unlock()
+	li.result(&results[0], &out)
+	return now, nil
+}
+
+// quickValid reports whether it has a key and a cost in range: with a known
+// limit, a valid item.
+func quickValid(it *tokenlimit.Item) bool {
+	return it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost
+}
+
+// checkOneUnlock is checkOne's attempt for what is not a known bucket,
+// prepared (with its entry) in one. The caller has locked sh, the key's
+// shard; checkOneUnlock unlocks it.
+func (s *Store) checkOneUnlock(sh *shard, items []tokenlimit.Item, results []tokenlimit.Result, one pending, t int64) error {
+	defer sh.mu.Unlock()
+	it, decided := &items[0], [1]pending{one}
+	p := &decided[0]
 	s.decide(p, it, it.Cost, t)
 	switch {
 	case !p.out.Allowed || it.Cost == 0:
 	case p.e != nil && it.Limit.Algorithm != tokenlimit.SlidingLog: // commit's work for a known key
 		p.e.s, p.e.expires = p.state, t+p.out.ResetAfter
 	default:
-		if err := s.commit(items, decided, t, 0); err != nil {
+		if err := s.commit(items, decided[:], t, 0); err != nil {
 			return err
 		}
 	}
-	results[0] = p.li.result(p.out)
+	p.li.result(&results[0], &p.out)
 	return nil
-}
-
-// prepareOne is prepare for one item, it (items[0]), into p (decided[0]):
-// the usual valid item of a known limit takes no loop.
-func (s *Store) prepareOne(it *tokenlimit.Item, p *pending, items []tokenlimit.Item, results []tokenlimit.Result, decided []pending) error {
-	p.li, p.h = s.known(it.Limit), s.keyHash(it.Key)
-	if p.li != nil && len(results) == 1 && it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost {
-		return nil
-	}
-	return s.prepare(items, results, decided)
 }
 
 // prepare validates items and results, as tokenlimit.ValidateItems does and
@@ -258,7 +285,7 @@ func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, de
 	for i := 0; ok && i < len(items); i++ {
 		it, p := &items[i], &decided[i]
 		p.li = s.known(it.Limit)
-		ok = p.li != nil && it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost
+		ok = p.li != nil && quickValid(it)
 		p.h = s.keyHash(it.Key)
 		for j := 0; ok && j < i; j++ {
 			ok = decided[j].h != p.h || items[j].Limit.Algorithm != it.Limit.Algorithm || items[j].Key != it.Key
@@ -297,7 +324,7 @@ func (s *Store) known(l tokenlimit.Limit) *limitInfo {
 func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 	li := &limitInfo{lim: l, capacity: l.Capacity(), w: window(l)}
 	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
-		li.b = bucket(l)
+		li.b, li.bucketed = bucket(l), true
 	}
 	s.limits[limitSlot(l)].Store(li)
 	return li
@@ -397,9 +424,9 @@ func (s *Store) reserveKeys(n int) error {
 	return nil
 }
 
-// result is the Result of out under the limit.
-func (li *limitInfo) result(out algo.Outcome) tokenlimit.Result {
-	return tokenlimit.Result{
+// result sets *r to the Result of *out under the limit.
+func (li *limitInfo) result(r *tokenlimit.Result, out *algo.Outcome) {
+	*r = tokenlimit.Result{
 		Allowed:          out.Allowed,
 		Limit:            li.capacity,
 		Remaining:        out.Remaining,

@@ -141,7 +141,12 @@ func unlink(head, e *entry) *entry {
 // remembering it is the safe choice. The Redis store behaves the same way (a
 // key lives until Redis expires it). The caller holds the key's shard lock.
 func (s *Store) lookup(h uint64, alg tokenlimit.Algorithm, key string) *entry {
-	for e := s.shardOf(h).entries[slot(h, alg)]; e != nil; e = e.next {
+	return s.shardOf(h).lookup(h, alg, key)
+}
+
+// lookup is Store.lookup in sh, the key's shard.
+func (sh *shard) lookup(h uint64, alg tokenlimit.Algorithm, key string) *entry {
+	for e := sh.entries[slot(h, alg)]; e != nil; e = e.next {
 		if e.alg == alg && e.key == key {
 			return e
 		}
