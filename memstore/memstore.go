@@ -213,7 +213,7 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 // place.
 func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	it := &items[0]
-	li := s.known(it.Limit)
+	li := s.known(&it.Limit)
 	if li == nil || !quickValid(it) {
 		var one [1]pending
 		if err := s.prepare(items, results, one[:]); err != nil {
@@ -284,7 +284,7 @@ func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, de
 	ok := len(items) > 0 && len(items) <= len(decided) && len(results) == len(items)
 	for i := 0; ok && i < len(items); i++ {
 		it, p := &items[i], &decided[i]
-		p.li = s.known(it.Limit)
+		p.li = s.known(&it.Limit)
 		ok = p.li != nil && quickValid(it)
 		p.h = s.keyHash(it.Key)
 		for j := 0; ok && j < i; j++ {
@@ -299,7 +299,7 @@ func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, de
 		return fmt.Errorf("memstore: %w", err)
 	}
 	for i := range items {
-		decided[i] = pending{h: s.keyHash(items[i].Key), li: s.known(items[i].Limit)}
+		decided[i] = pending{h: s.keyHash(items[i].Key), li: s.known(&items[i].Limit)}
 		if decided[i].li == nil {
 			decided[i].li = s.learn(items[i].Limit)
 		}
@@ -307,17 +307,23 @@ func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, de
 	return nil
 }
 
-func limitSlot(l tokenlimit.Limit) int {
+func limitSlot(l *tokenlimit.Limit) int {
 	h := uint64(l.Quota)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^ uint64(l.Burst) ^ uint64(l.Offset) ^ uint64(l.Algorithm)
 	return int(h >> 58 & (limitSlots - 1))
 }
 
-// known returns the parameters of l if l is remembered as valid, else nil.
-func (s *Store) known(l tokenlimit.Limit) *limitInfo {
-	if li := s.limits[limitSlot(l)].Load(); li != nil && li.lim == l {
+// known returns the parameters of *l if it is remembered as valid, else nil.
+func (s *Store) known(l *tokenlimit.Limit) *limitInfo {
+	if li := s.limits[limitSlot(l)].Load(); li != nil && sameLimit(&li.lim, l) {
 		return li
 	}
 	return nil
+}
+
+// sameLimit is *a == *b, field by field: cheaper than the struct comparison,
+// which calls a generated function.
+func sameLimit(a, b *tokenlimit.Limit) bool {
+	return a.Quota == b.Quota && a.Period == b.Period && a.Algorithm == b.Algorithm && a.Burst == b.Burst && a.Offset == b.Offset
 }
 
 // learn derives the parameters of l, which is valid, and remembers them.
@@ -326,7 +332,7 @@ func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 	if l.Algorithm == tokenlimit.TokenBucket || l.Algorithm == tokenlimit.GCRA {
 		li.b, li.bucketed = bucket(l), true
 	}
-	s.limits[limitSlot(l)].Store(li)
+	s.limits[limitSlot(&l)].Store(li)
 	return li
 }
 
