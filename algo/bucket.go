@@ -30,7 +30,7 @@ func NewBucket(capacity, num, den int64) Bucket {
 
 // span is the capacity's span, Capacity × Num/Den µs, as a quotient and a
 // remainder of Den.
-func (b Bucket) span() (q, r int64) {
+func (b *Bucket) span() (q, r int64) {
 	if b.spanQ != 0 || b.spanR != 0 {
 		return b.spanQ, b.spanR
 	}
@@ -56,7 +56,7 @@ type TAT struct {
 // Example: Bucket{Capacity: 10, Num: 500000, Den: 1} (2 per second) when
 // full admits chat=1 then embed=3 three times (Remaining 9, 6, 3, 0) and
 // denies a fourth embed with RetryAfter 1.5e6 µs.
-func (b Bucket) Check(s TAT, now, cost int64) (TAT, Outcome) {
+func (b *Bucket) Check(s TAT, now, cost int64) (TAT, Outcome) {
 	s = b.atLeast(s, now)
 	spanQ, spanR := b.span()
 	if cost > b.Capacity || cost == 0 {
@@ -78,7 +78,7 @@ func (b Bucket) Check(s TAT, now, cost int64) (TAT, Outcome) {
 // limit (the cost was incurred), a refund moves it earlier but never before
 // now, so the bucket never holds more than Capacity. It returns the new state
 // and how long to keep it (0: the bucket is full, delete it).
-func (b Bucket) Adjust(s TAT, now, delta int64) (TAT, int64) {
+func (b *Bucket) Adjust(s TAT, now, delta int64) (TAT, int64) {
 	s = b.atLeast(s, now)
 	if delta >= 0 {
 		s = b.add(s, delta)
@@ -99,7 +99,7 @@ func (b Bucket) Adjust(s TAT, now, delta int64) (TAT, int64) {
 }
 
 // atLeast returns s, or now if the bucket is already full by then.
-func (b Bucket) atLeast(s TAT, now int64) TAT {
+func (b *Bucket) atLeast(s TAT, now int64) TAT {
 	if s.Tat < now {
 		return TAT{Tat: now}
 	}
@@ -107,7 +107,7 @@ func (b Bucket) atLeast(s TAT, now int64) TAT {
 }
 
 // add moves s later by cost intervals, exactly.
-func (b Bucket) add(s TAT, cost int64) TAT {
+func (b *Bucket) add(s TAT, cost int64) TAT {
 	if b.Den == 1 { // a whole number of µs per unit: no fraction
 		return TAT{Tat: s.Tat + cost*b.Num}
 	}
@@ -118,7 +118,7 @@ func (b Bucket) add(s TAT, cost int64) TAT {
 // remaining is Capacity - ceil(D/interval), at least 0, for s at or after
 // now. It avoids multiplying a large debt: beyond the capacity's span the
 // answer is 0.
-func (b Bucket) remaining(s TAT, now, spanQ int64) int64 {
+func (b *Bucket) remaining(s TAT, now, spanQ int64) int64 {
 	ahead := s.Tat - now
 	if ahead > spanQ+1 {
 		return 0
@@ -128,7 +128,7 @@ func (b Bucket) remaining(s TAT, now, spanQ int64) int64 {
 }
 
 // reset is ceil(D) in microseconds, for s at or after now.
-func (b Bucket) reset(s TAT, now int64) int64 {
+func (b *Bucket) reset(s TAT, now int64) int64 {
 	if s.Frac > 0 {
 		return s.Tat - now + 1
 	}

@@ -514,7 +514,8 @@ func (s *Store) adjust(h uint64, a tokenlimit.Adjustment, now int64) {
 		keep = window(a.Limit).LogAdjust(e.log, now, at, a.Delta)
 	default:
 		var tat algo.TAT
-		tat, keep = bucket(a.Limit).Adjust(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, now, a.Delta)
+		b := bucket(a.Limit)
+		tat, keep = b.Adjust(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, now, a.Delta)
 		e.s = [3]int64{tat.Tat, tat.Frac}
 	}
 	e.expires = now + keep
