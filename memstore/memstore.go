@@ -144,10 +144,49 @@ type pending struct {
 
 // Check implements tokenlimit.Store. When the store is full it sweeps every
 // shard of expired keys and tries once more before refusing.
+//
+// One item with one result takes one shard, and a denial is already the
+// uncharged state; a known bucket is decided and charged in place.
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if len(items) == 1 && len(results) == 1 {
-		return s.checkOne(now, items, results)
+	if len(items) != 1 || len(results) != 1 {
+		return s.checkRetry(now, items, results)
 	}
+	it := &items[0]
+	li := s.known(&it.Limit)
+	if li == nil || !quickValid(it) { // checkItems validates it and learns the limit
+		return s.checkRetry(now, items, results)
+	}
+	t, err := micros(now)
+	if err != nil {
+		return now, err
+	}
+	h := s.keyHash(it.Key)
+	sh := s.shardOf(h)
+	// Up to the Unlock below, the bucket path sweeps, reads maps and does
+	// integer arithmetic on a valid limit, none of which can panic: it
+	// needs no defer.
+	sh.mu.Lock()
+	s.sweepDue(sh, t)
+	e := sh.lookup(h, it.Limit.Algorithm, it.Key)
+	if e == nil || !li.bucketed {
+		err := s.checkOneUnlock(sh, items, results, pending{h: h, li: li, e: e}, t)
+		if s.retryFull(err, now) {
+			err = s.checkItems(now, items, results)
+		}
+		return now, err
+	}
+	tat, out := li.b.Check(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, t, it.Cost)
+	if out.Allowed && it.Cost > 0 {
+		e.s[0], e.s[1], e.expires = tat.Tat, tat.Frac, t+out.ResetAfter
+	}
+	sh.mu.Unlock()
+	li.result(&results[0], &out)
+	return now, nil
+}
+
+// checkRetry is Check through checkItems, tried once more if the store is
+// full and a sweep freed keys.
+func (s *Store) checkRetry(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	err := s.checkItems(now, items, results)
 	if s.retryFull(err, now) {
 		err = s.checkItems(now, items, results)
@@ -208,56 +247,15 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 	return allowed, nil
 }
 
-// checkOne is Check for one item and one result: one shard, and a denial
-// is already the uncharged state. A known bucket is decided and charged in
-// place.
-func (s *Store) checkOne(now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	it := &items[0]
-	li := s.known(&it.Limit)
-	if li == nil || !quickValid(it) {
-		var one [1]pending
-		if err := s.prepare(items, results, one[:]); err != nil {
-			return now, err
-		}
-		li = one[0].li
-	}
-	t, err := micros(now)
-	if err != nil {
-		return now, err
-	}
-	h := s.keyHash(it.Key)
-	sh := s.shardOf(h)
-	// Up to the Unlock below, the bucket path sweeps, reads maps and does
-	// integer arithmetic on a valid limit, none of which can panic: it
-	// needs no defer.
-	sh.mu.Lock()
-	s.sweepDue(sh, t)
-	e := sh.lookup(h, it.Limit.Algorithm, it.Key)
-	if e == nil || !li.bucketed {
-		err := s.checkOneUnlock(sh, items, results, pending{h: h, li: li, e: e}, t)
-		if s.retryFull(err, now) {
-			err = s.checkItems(now, items, results)
-		}
-		return now, err
-	}
-	tat, out := li.b.Check(algo.TAT{Tat: e.s[0], Frac: e.s[1]}, t, it.Cost)
-	if out.Allowed && it.Cost > 0 {
-		e.s[0], e.s[1], e.expires = tat.Tat, tat.Frac, t+out.ResetAfter
-	}
-	sh.mu.Unlock()
-	li.result(&results[0], &out)
-	return now, nil
-}
-
 // quickValid reports whether it has a key and a cost in range: with a known
 // limit, a valid item.
 func quickValid(it *tokenlimit.Item) bool {
 	return it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost
 }
 
-// checkOneUnlock is checkOne's attempt for what is not a known bucket,
-// prepared (with its entry) in one. The caller has locked sh, the key's
-// shard; checkOneUnlock unlocks it.
+// checkOneUnlock is Check's attempt for one item that is not a known bucket
+// (a new key, or a window algorithm), prepared (with its entry) in one. The
+// caller has locked sh, the key's shard; checkOneUnlock unlocks it.
 func (s *Store) checkOneUnlock(sh *shard, items []tokenlimit.Item, results []tokenlimit.Result, one pending, t int64) error {
 	defer sh.mu.Unlock()
 	it, decided := &items[0], [1]pending{one}
