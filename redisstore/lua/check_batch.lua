@@ -45,7 +45,10 @@ local function check_batch(keys, argv)
     local n, l = p[a + 2], p[a + 3]
     local alg = p[l + 1]
     if n == 1 and alg ~= SLIDING_LOG then
-      -- The common case written out: one item of a one-key algorithm.
+      -- The common case written out: one item of a one-key algorithm. The
+      -- read and the dispatch are check_group's, copied on purpose: going
+      -- through check_group, or a shared function, costs Redis a Lua call
+      -- per decision, more than these lines.
       local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 4]
       local v
       if values and not written[key] then
