@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,23 @@ func TestSameLimitComparesEveryField(t *testing.T) {
 		}
 		if sameLimit(&base, &other) {
 			t.Errorf("sameLimit(%+v, %+v) = true", base, other)
+		}
+	}
+}
+
+// quickValid, the one-item path's check of a known limit's item, accepts
+// exactly the keys and costs that tokenlimit.Item.Validate does: at the
+// edges of both bounds, and for an empty key.
+func TestQuickValidAgreesWithValidate(t *testing.T) {
+	limit := tokenlimit.TokenBucketLimit(10, 5, time.Second)
+	keys := []string{"", "k", strings.Repeat("x", tokenlimit.MaxKeyLength), strings.Repeat("x", tokenlimit.MaxKeyLength+1)}
+	costs := []int64{-1, 0, 1, tokenlimit.MaxCost, tokenlimit.MaxCost + 1}
+	for _, key := range keys {
+		for _, cost := range costs {
+			it := tokenlimit.Item{Key: key, Limit: limit, Cost: cost}
+			if got, want := quickValid(&it), it.Validate() == nil; got != want {
+				t.Errorf("key of %d bytes, cost %d: quickValid %v, Validate accepts %v", len(key), cost, got, want)
+			}
 		}
 	}
 }

@@ -248,7 +248,9 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 }
 
 // quickValid reports whether it has a key and a cost in range: with a known
-// limit, a valid item.
+// limit, a valid item. Its bounds are tokenlimit.Item.Validate's
+// (TestQuickValidAgreesWithValidate holds them together); an item it
+// refuses takes the full path, which says what is wrong.
 func quickValid(it *tokenlimit.Item) bool {
 	return it.Key != "" && len(it.Key) <= tokenlimit.MaxKeyLength && it.Cost >= 0 && it.Cost <= tokenlimit.MaxCost
 }
