@@ -332,6 +332,7 @@ func (s *Store) packChecks(jobs []*batchJob, bufs *callBuffers) (keys, args []st
 		for _, it := range j.items {
 			limits.add(it.Limit)
 		}
+		bufs.keyData.add(s, j.items)
 	}
 	nv += 1 + 4*len(limits.limits)
 	packed := appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv)
@@ -346,9 +347,6 @@ func (s *Store) packChecks(jobs []*batchJob, bufs *callBuffers) (keys, args []st
 			packed = appendInt(appendInt(packed, limits.refs[item]), it.Cost)
 			item++
 		}
-	}
-	for _, j := range jobs {
-		bufs.keyData.add(s, j.items)
 	}
 	keys = bufs.keyData.appendTo(slices.Grow(bufs.keys[:0], nk))
 	bufs.keys, bufs.packed = keys, packed
