@@ -1,0 +1,111 @@
+package plane
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Kind tells teams from keys in a store.
+type Kind string
+
+// The kinds of records.
+const (
+	KindTeam Kind = "team"
+	KindKey  Kind = "key"
+)
+
+// Record is a stored record: its kind, id, version (the store's sequence
+// number of its last write) and data (encode's JSON; nil for a deletion).
+type Record struct {
+	Kind    Kind
+	ID      string
+	Version int64
+	Data    []byte
+}
+
+// format is the stored records' version: a record of a later format is
+// reported and skipped, never misread.
+const format = 1
+
+// stored is a record's JSON in a store: never a secret, only its digest.
+type stored struct {
+	Format     int               `json:"format"`
+	Name       string            `json:"name"`
+	Team       string            `json:"team,omitempty"`
+	Plan       string            `json:"plan,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Limits     json.RawMessage   `json:"limits,omitempty"`
+	ExpiresAt  *time.Time        `json:"expires_at,omitempty"`
+	Disabled   bool              `json:"disabled,omitempty"`
+	Digest     string            `json:"digest,omitempty"`
+	PrevDigest string            `json:"prev_digest,omitempty"`
+	PrevUntil  *time.Time        `json:"prev_until,omitempty"`
+	UpdatedAt  time.Time         `json:"updated_at"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func timeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+func encodeCommon(c *Common) stored {
+	return stored{Format: format, Name: c.Name, Plan: c.Plan, Labels: c.Labels, Limits: c.RawLimits,
+		ExpiresAt: timePtr(c.ExpiresAt), Disabled: c.Disabled, UpdatedAt: c.UpdatedAt}
+}
+
+func encodeTeam(t *Team) []byte {
+	data, _ := json.Marshal(encodeCommon(&t.Common)) // cannot fail: plain fields
+	return data
+}
+
+func encodeKey(k *Key) []byte {
+	s := encodeCommon(&k.Common)
+	s.Team, s.Digest, s.PrevDigest, s.PrevUntil = k.Team, k.Digest, k.PrevDigest, timePtr(k.PrevUntil)
+	data, _ := json.Marshal(s)
+	return data
+}
+
+func decode(r Record) (stored, Common, error) {
+	var s stored
+	if err := json.Unmarshal(r.Data, &s); err != nil {
+		return s, Common{}, fmt.Errorf("plane: %s %s: unreadable: %w", r.Kind, r.ID, err)
+	}
+	if s.Format != format {
+		return s, Common{}, fmt.Errorf("plane: %s %s: format %d, this version reads %d", r.Kind, r.ID, s.Format, format)
+	}
+	limits, err := parseLimits(s.Limits)
+	if err != nil {
+		return s, Common{}, fmt.Errorf("plane: %s %s: %w", r.Kind, r.ID, err)
+	}
+	return s, Common{Name: s.Name, Plan: s.Plan, Labels: s.Labels, Limits: limits, RawLimits: s.Limits,
+		ExpiresAt: timeOf(s.ExpiresAt), Disabled: s.Disabled, Version: r.Version, UpdatedAt: s.UpdatedAt}, nil
+}
+
+func decodeTeam(r Record) (*Team, error) {
+	_, c, err := decode(r)
+	if err != nil {
+		return nil, err
+	}
+	return &Team{ID: r.ID, Common: c}, nil
+}
+
+func decodeKey(r Record) (*Key, error) {
+	s, c, err := decode(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Digest) != 64 {
+		return nil, fmt.Errorf("plane: key %s: no digest", r.ID)
+	}
+	return &Key{ID: r.ID, Team: s.Team, Digest: s.Digest, PrevDigest: s.PrevDigest, PrevUntil: timeOf(s.PrevUntil), Common: c}, nil
+}

@@ -1,0 +1,425 @@
+package plane
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Why a secret is refused; all match ErrUnauthorized.
+var (
+	ErrUnauthorized = errors.New("plane: unauthorized")
+	ErrUnknownKey   = fmt.Errorf("%w: unknown or revoked key", ErrUnauthorized)
+	ErrKeyDisabled  = fmt.Errorf("%w: the key or its team is disabled", ErrUnauthorized)
+	ErrKeyExpired   = fmt.Errorf("%w: the key or its team has expired", ErrUnauthorized)
+	// ErrInUse: a team that keys still name cannot be deleted.
+	ErrInUse = errors.New("plane: the team still has keys")
+)
+
+// Options configures a Plane.
+type Options struct {
+	// Clock is the plane's time; time.Now when nil.
+	Clock func() time.Time
+	// KnownPlan reports whether the configuration has the plan; nil
+	// knows none (records then take no plan).
+	KnownPlan func(plan string) bool
+	// Logger receives unreadable records and watch errors;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Plane holds the records of a Store in memory, kept current by the
+// store's Watch, and writes through the store. Reads (Authenticate, Team,
+// Key) take no lock and make no store call. It is safe for concurrent use.
+type Plane struct {
+	store Store
+	opts  Options
+
+	keys    sync.Map // id -> *Key
+	digests sync.Map // digest (current or in its grace period) -> *Key
+	teams   sync.Map // id -> *Team
+
+	mu sync.Mutex // serializes apply
+	// versions holds the last version applied of each record, deletions
+	// included, so that a write seen twice (made here, then watched) or
+	// late is applied once, in order.
+	versions map[string]int64
+	seq      atomic.Int64 // the highest version applied
+}
+
+// Open loads the records of store into a new Plane. Run keeps them
+// current.
+func Open(ctx context.Context, store Store, opts Options) (*Plane, error) {
+	if store == nil {
+		return nil, errors.New("plane: Open: store is nil")
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Plane{store: store, opts: opts, versions: map[string]int64{}}
+	recs, seq, err := store.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plane: loading the records: %w", err)
+	}
+	p.apply(recs, true)
+	p.seq.Store(max(p.seq.Load(), seq))
+	return p, nil
+}
+
+// Run follows the store's writes made elsewhere until ctx ends, retrying
+// after a store error once a second.
+func (p *Plane) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := p.store.Watch(ctx, p.seq.Load(), p.apply)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.opts.Logger.Warn("plane: following the store's changes failed; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func recordID(kind Kind, id string) string { return string(kind) + "/" + id }
+
+// apply brings the cache up to recs; full replaces everything.
+func (p *Plane) apply(recs []Record, full bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if full {
+		keep := map[string]bool{}
+		for _, r := range recs {
+			keep[recordID(r.Kind, r.ID)] = true
+		}
+		p.teams.Range(func(id, _ any) bool {
+			if !keep[recordID(KindTeam, id.(string))] {
+				p.forget(KindTeam, id.(string))
+			}
+			return true
+		})
+		p.keys.Range(func(id, _ any) bool {
+			if !keep[recordID(KindKey, id.(string))] {
+				p.forget(KindKey, id.(string))
+			}
+			return true
+		})
+		clear(p.versions)
+	}
+	for _, r := range recs {
+		p.applyOne(r)
+	}
+}
+
+// applyOne applies r unless a later version of it was applied. Called with
+// p.mu held.
+func (p *Plane) applyOne(r Record) {
+	rid := recordID(r.Kind, r.ID)
+	if v, ok := p.versions[rid]; ok && r.Version <= v {
+		return
+	}
+	p.versions[rid] = r.Version
+	if r.Version > p.seq.Load() {
+		p.seq.Store(r.Version)
+	}
+	p.forget(r.Kind, r.ID)
+	if r.Data == nil {
+		return
+	}
+	var err error
+	switch r.Kind {
+	case KindTeam:
+		var t *Team
+		if t, err = decodeTeam(r); err == nil {
+			p.teams.Store(t.ID, t)
+		}
+	case KindKey:
+		var k *Key
+		if k, err = decodeKey(r); err == nil {
+			p.keys.Store(k.ID, k)
+			p.digests.Store(k.Digest, k)
+			if k.PrevDigest != "" {
+				p.digests.Store(k.PrevDigest, k)
+			}
+		}
+	default:
+		err = fmt.Errorf("plane: %s %s: unknown kind", r.Kind, r.ID)
+	}
+	if err != nil {
+		// Reported once per version; the record stays out of force.
+		p.opts.Logger.Error("plane: skipping a record that cannot be read", "kind", string(r.Kind), "id", r.ID, "version", r.Version, "error", err)
+	}
+}
+
+// forget drops kind/id from the cache. Called with p.mu held.
+func (p *Plane) forget(kind Kind, id string) {
+	if kind == KindTeam {
+		p.teams.Delete(id)
+		return
+	}
+	if old, ok := p.keys.LoadAndDelete(id); ok {
+		k := old.(*Key)
+		p.digests.CompareAndDelete(k.Digest, k)
+		if k.PrevDigest != "" {
+			p.digests.CompareAndDelete(k.PrevDigest, k)
+		}
+	}
+}
+
+// Authenticate returns the key whose secret is secret and its team (nil
+// for none), or an error matching ErrUnauthorized: unknown or revoked,
+// past its rotation grace, disabled or expired (the key or its team).
+func (p *Plane) Authenticate(secret string, now time.Time) (*Key, *Team, error) {
+	d := Digest(secret)
+	v, ok := p.digests.Load(d)
+	if !ok {
+		return nil, nil, ErrUnknownKey
+	}
+	k := v.(*Key)
+	if !sameDigest(k.Digest, d) && !(sameDigest(k.PrevDigest, d) && now.Before(k.PrevUntil)) {
+		return nil, nil, ErrUnknownKey
+	}
+	if err := usable(&k.Common, now); err != nil {
+		return nil, nil, err
+	}
+	var team *Team
+	if k.Team != "" {
+		if team, ok = p.Team(k.Team); !ok {
+			return nil, nil, ErrUnknownKey
+		}
+		if err := usable(&team.Common, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	return k, team, nil
+}
+
+func usable(c *Common, now time.Time) error {
+	switch {
+	case c.Disabled:
+		return ErrKeyDisabled
+	case !c.ExpiresAt.IsZero() && !now.Before(c.ExpiresAt):
+		return ErrKeyExpired
+	}
+	return nil
+}
+
+// Team returns the team named id.
+func (p *Plane) Team(id string) (*Team, bool) {
+	v, ok := p.teams.Load(id)
+	if !ok {
+		return nil, false
+	}
+	return v.(*Team), true
+}
+
+// Key returns the key id.
+func (p *Plane) Key(id string) (*Key, bool) {
+	v, ok := p.keys.Load(id)
+	if !ok {
+		return nil, false
+	}
+	return v.(*Key), true
+}
+
+func (p *Plane) env() Env {
+	return Env{Now: p.opts.Clock(), KnownPlan: p.opts.KnownPlan, KnownTeam: func(t string) bool { _, ok := p.Team(t); return ok }}
+}
+
+// CreateTeam validates s and stores it as a new team; ErrConflict if a
+// team has its name.
+func (p *Plane) CreateTeam(ctx context.Context, s Spec) (*Team, error) {
+	t, err := TeamOf(s, p.env())
+	if err != nil {
+		return nil, err
+	}
+	return p.putTeam(ctx, &t, 0)
+}
+
+// UpdateTeam replaces team id with s if its version is ifVersion
+// (AnyVersion: any); s's name must be id or empty.
+func (p *Plane) UpdateTeam(ctx context.Context, id string, s Spec, ifVersion int64) (*Team, error) {
+	if s.Name == "" {
+		s.Name = id
+	}
+	if s.Name != id {
+		return nil, fieldErr("name", "a team is renamed by creating another; want %q or nothing, got %q", id, s.Name)
+	}
+	if _, ok := p.Team(id); !ok {
+		return nil, ErrNotFound
+	}
+	t, err := TeamOf(s, p.env())
+	if err != nil {
+		return nil, err
+	}
+	return p.putTeam(ctx, &t, ifVersion)
+}
+
+func (p *Plane) putTeam(ctx context.Context, t *Team, ifVersion int64) (*Team, error) {
+	t.UpdatedAt = p.opts.Clock().UTC()
+	data := encodeTeam(t)
+	v, err := p.store.Put(ctx, KindTeam, t.ID, ifVersion, data)
+	if err != nil {
+		return nil, err
+	}
+	p.apply([]Record{{Kind: KindTeam, ID: t.ID, Version: v, Data: data}}, false)
+	t.Version = v
+	return t, nil
+}
+
+// DeleteTeam deletes team id if its version is ifVersion (AnyVersion:
+// any) and no key names it (ErrInUse).
+func (p *Plane) DeleteTeam(ctx context.Context, id string, ifVersion int64) error {
+	inUse := false
+	p.keys.Range(func(_, v any) bool {
+		inUse = v.(*Key).Team == id
+		return !inUse
+	})
+	if inUse {
+		return ErrInUse
+	}
+	return p.remove(ctx, KindTeam, id, ifVersion)
+}
+
+// CreateKey validates s and stores it as a new key, returning the key and
+// its secret: the only time the secret is known.
+func (p *Plane) CreateKey(ctx context.Context, s Spec) (*Key, string, error) {
+	k, err := KeyOf(s, p.env())
+	if err != nil {
+		return nil, "", err
+	}
+	k.ID = newID()
+	secret, digest := newSecret()
+	k.Digest = digest
+	key, err := p.putKey(ctx, &k, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	return key, secret, nil
+}
+
+// UpdateKey replaces key id's fields with s (its secret stays) if its
+// version is ifVersion (AnyVersion: the version cached here).
+func (p *Plane) UpdateKey(ctx context.Context, id string, s Spec, ifVersion int64) (*Key, error) {
+	old, ok := p.Key(id)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	k, err := KeyOf(s, p.env())
+	if err != nil {
+		return nil, err
+	}
+	k.ID, k.Digest, k.PrevDigest, k.PrevUntil = id, old.Digest, old.PrevDigest, old.PrevUntil
+	return p.putKey(ctx, &k, cmp.Or(max(ifVersion, 0), old.Version))
+}
+
+// RotateKey gives key id a new secret; the old one stays valid for grace
+// (not at all when 0). ifVersion as for UpdateKey.
+func (p *Plane) RotateKey(ctx context.Context, id string, grace time.Duration, ifVersion int64) (*Key, string, error) {
+	old, ok := p.Key(id)
+	if !ok {
+		return nil, "", ErrNotFound
+	}
+	k := *old
+	secret, digest := newSecret()
+	k.Digest, k.PrevDigest, k.PrevUntil = digest, "", time.Time{}
+	if grace > 0 {
+		k.PrevDigest, k.PrevUntil = old.Digest, p.opts.Clock().Add(grace).UTC()
+	}
+	key, err := p.putKey(ctx, &k, cmp.Or(max(ifVersion, 0), old.Version))
+	if err != nil {
+		return nil, "", err
+	}
+	return key, secret, nil
+}
+
+func (p *Plane) putKey(ctx context.Context, k *Key, ifVersion int64) (*Key, error) {
+	k.UpdatedAt = p.opts.Clock().UTC()
+	data := encodeKey(k)
+	v, err := p.store.Put(ctx, KindKey, k.ID, ifVersion, data)
+	if err != nil {
+		return nil, err
+	}
+	p.apply([]Record{{Kind: KindKey, ID: k.ID, Version: v, Data: data}}, false)
+	k.Version = v
+	return k, nil
+}
+
+// DeleteKey revokes key id if its version is ifVersion (AnyVersion: any).
+func (p *Plane) DeleteKey(ctx context.Context, id string, ifVersion int64) error {
+	return p.remove(ctx, KindKey, id, ifVersion)
+}
+
+func (p *Plane) remove(ctx context.Context, kind Kind, id string, ifVersion int64) error {
+	v, err := p.store.Delete(ctx, kind, id, ifVersion)
+	if err != nil {
+		return err
+	}
+	p.apply([]Record{{Kind: kind, ID: id, Version: v}}, false)
+	return nil
+}
+
+// Filter selects keys in ListKeys; zero fields select all.
+type Filter struct {
+	Team, Plan string
+	// Label "name=value" selects keys with that label.
+	LabelName, LabelValue string
+	// Disabled, if not nil, selects keys disabled or not.
+	Disabled *bool
+}
+
+func (f Filter) matches(k *Key) bool {
+	switch {
+	case f.Team != "" && k.Team != f.Team, f.Plan != "" && k.Plan != f.Plan:
+		return false
+	case f.LabelName != "" && k.Labels[f.LabelName] != f.LabelValue:
+		return false
+	case f.Disabled != nil && k.Disabled != *f.Disabled:
+		return false
+	}
+	return true
+}
+
+// ListKeys returns up to limit keys that f selects, by id, after the id
+// after (""), and the id to continue after ("" at the end).
+func (p *Plane) ListKeys(f Filter, after string, limit int) ([]*Key, string) {
+	var out []*Key
+	p.keys.Range(func(_, v any) bool {
+		if k := v.(*Key); k.ID > after && f.matches(k) {
+			out = append(out, k)
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(a.ID, b.ID) })
+	if len(out) <= limit {
+		return out, ""
+	}
+	return out[:limit], out[limit-1].ID
+}
+
+// ListTeams returns up to limit teams by name after the name after, and
+// the name to continue after ("" at the end).
+func (p *Plane) ListTeams(after string, limit int) ([]*Team, string) {
+	var out []*Team
+	p.teams.Range(func(_, v any) bool {
+		if t := v.(*Team); t.ID > after {
+			out = append(out, t)
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b *Team) int { return cmp.Compare(a.ID, b.ID) })
+	if len(out) <= limit {
+		return out, ""
+	}
+	return out[:limit], out[limit-1].ID
+}

@@ -1,0 +1,205 @@
+package plane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func openPlane(t *testing.T, s Store, now *time.Time) *Plane {
+	t.Helper()
+	p, err := Open(context.Background(), s, Options{
+		Clock:     func() time.Time { return *now },
+		KnownPlan: func(plan string) bool { return plan == "pro" || plan == "free" },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSpecErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	now := t0
+	p := openPlane(t, NewMemoryStore(), &now)
+	ctx := context.Background()
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme", Plan: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		spec  Spec
+		field string
+	}{
+		{"negative limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"token_bucket","capacity":-1,"refill":"1/s"}]`)}, "limits[0].capacity"},
+		{"non-numeric limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"lots/s"}]`)}, "limits[0].limit"},
+		{"unknown limit field", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"1/s","colour":2}]`)}, "limits[0].colour"},
+		{"a key on a limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"1/s","key":["user"]}]`)}, "limits[0].key"},
+		{"unknown plan", Spec{Name: "k", Plan: "gold"}, "plan"},
+		{"unknown team", Spec{Name: "k", Team: "nope"}, "team"},
+		{"expiry in the past", Spec{Name: "k", ExpiresAt: "2026-12-01T11:59:59Z"}, "expires_at"},
+		{"expiry not a time", Spec{Name: "k", ExpiresAt: "tomorrow"}, "expires_at"},
+		{"label too long", Spec{Name: "k", Labels: map[string]string{"env": strings.Repeat("x", 257)}}, "labels.env"},
+		{"no name", Spec{}, "name"},
+	} {
+		_, _, err := p.CreateKey(ctx, c.spec)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want a FieldError on %s", c.name, err, c.field)
+		}
+	}
+	if keys, _ := p.ListKeys(Filter{}, "", 10); len(keys) != 0 {
+		t.Errorf("invalid specs stored %d keys", len(keys))
+	}
+	if _, err := p.CreateTeam(ctx, Spec{Name: "Bad Name"}); err == nil {
+		t.Error("a team named \"Bad Name\" was accepted")
+	}
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a second team acme: got %v, want ErrConflict", err)
+	}
+}
+
+func TestSecretsAuthenticateAndAreNeverStored(t *testing.T) {
+	t.Parallel()
+	now := t0
+	store := NewMemoryStore()
+	p := openPlane(t, store, &now)
+	ctx := context.Background()
+	k, secret, err := p.CreateKey(ctx, Spec{Name: "laptop", Limits: json.RawMessage(`[{"name":"rpm","algorithm":"fixed_window","limit":"10/min"}]`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(secret, "tl-") || len(secret) != 3+64 {
+		t.Fatalf("secret %q: want tl- and 64 hex digits", secret)
+	}
+	got, _, err := p.Authenticate(secret, now)
+	if err != nil || got.ID != k.ID || len(got.Limits) != 1 {
+		t.Fatalf("Authenticate: %v, %v", got, err)
+	}
+	if _, _, err := p.Authenticate(secret+"x", now); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("a wrong secret: got %v", err)
+	}
+	recs, _, _ := store.Load(ctx)
+	for _, r := range recs {
+		if bytes.Contains(r.Data, []byte(secret)) || bytes.Contains(r.Data, []byte(secret[3:])) {
+			t.Fatalf("the store holds the secret: %s", r.Data)
+		}
+	}
+	// Rotation: the old secret stays valid for its grace period only.
+	_, fresh, err := p.RotateKey(ctx, k.ID, time.Minute, AnyVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{secret, fresh} {
+		if _, _, err := p.Authenticate(s, now); err != nil {
+			t.Errorf("within the grace period: %v", err)
+		}
+	}
+	if _, _, err := p.Authenticate(secret, now.Add(time.Minute)); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("the old secret after its grace: got %v", err)
+	}
+	if err := p.DeleteKey(ctx, k.ID, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Authenticate(fresh, now); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("a revoked key: got %v", err)
+	}
+}
+
+func TestDisabledAndExpired(t *testing.T) {
+	t.Parallel()
+	now := t0
+	p := openPlane(t, NewMemoryStore(), &now)
+	ctx := context.Background()
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := p.CreateKey(ctx, Spec{Name: "k", Team: "acme", ExpiresAt: "2026-12-01T13:00:00Z"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Authenticate(secret, t0.Add(time.Hour)); !errors.Is(err, ErrKeyExpired) {
+		t.Errorf("at its expiry: got %v", err)
+	}
+	if _, err := p.UpdateTeam(ctx, "acme", Spec{Disabled: true}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Authenticate(secret, t0); !errors.Is(err, ErrKeyDisabled) {
+		t.Errorf("in a disabled team: got %v", err)
+	}
+	if err := p.DeleteTeam(ctx, "acme", AnyVersion); !errors.Is(err, ErrInUse) {
+		t.Errorf("deleting a team with keys: got %v", err)
+	}
+	if _, err := p.UpdateKey(ctx, k.ID, Spec{Name: "k2", Team: "acme"}, k.Version); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpdateKey(ctx, k.ID, Spec{Name: "k3"}, k.Version); !errors.Is(err, ErrConflict) {
+		t.Errorf("an update with a stale version: got %v", err)
+	}
+}
+
+func TestFileStoreReplaysAndDropsATornLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := t0
+	s, err := OpenFileStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := openPlane(t, s, &now)
+	ctx := context.Background()
+	k, secret, err := p.CreateKey(ctx, Spec{Name: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, _, _ := p.CreateKey(ctx, Spec{Name: "two"})
+	if err := p.DeleteKey(ctx, gone.ID, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// A crash in the middle of a write leaves a line without its end.
+	f, _ := os.OpenFile(filepath.Join(dir, FileName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"seq":9,"kind":"key","id":"key_x","da`)
+	f.Close()
+
+	s2, err := OpenFileStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	p2 := openPlane(t, s2, &now)
+	if got, _, err := p2.Authenticate(secret, now); err != nil || got.ID != k.ID {
+		t.Fatalf("after reopening: %v, %v", got, err)
+	}
+	if _, ok := p2.Key(gone.ID); ok {
+		t.Error("a deleted key came back")
+	}
+	k3, _, err := p2.CreateKey(ctx, Spec{Name: "three"})
+	if err != nil || k3.Version != 4 {
+		t.Fatalf("a write after the torn line: %v, version %d, want 4", err, k3.Version)
+	}
+}
+
+func TestUnreadableRecordIsSkipped(t *testing.T) {
+	t.Parallel()
+	now := t0
+	s := NewMemoryStore()
+	ctx := context.Background()
+	s.Put(ctx, KindKey, "key_bad", 0, []byte(`{"format":99,"name":"x"}`))
+	s.Put(ctx, KindTeam, "t", 0, []byte(`not json`))
+	p := openPlane(t, s, &now)
+	if _, ok := p.Key("key_bad"); ok {
+		t.Error("a record of a later format was loaded")
+	}
+	if _, ok := p.Team("t"); ok {
+		t.Error("an unreadable record was loaded")
+	}
+}
