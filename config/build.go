@@ -15,7 +15,8 @@ import (
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 )
 
-// rawFile is the YAML as written; builder validates it into a Config.
+// rawFile is the YAML as written (decode.go reads it, each field by its
+// yaml tag); builder validates it into a Config.
 type rawFile struct {
 	Timezone    string               `yaml:"timezone"`
 	DefaultPlan string               `yaml:"default_plan"`
@@ -71,63 +72,137 @@ type rawOverride struct {
 // builder collects every error, each with its file:line and field path.
 type builder struct {
 	source string
-	root   *yaml.Node
-	errs   []error
-	// typeFailed holds the paths whose values had the wrong type, so that
-	// no second error claims they are missing.
-	typeFailed map[string]bool
+	// doc is the document's top node (a mapping, when the file is right).
+	doc  *yaml.Node
+	errs []lineError
+	// wrongAt holds the paths whose values were reported wrong (of the wrong
+	// type, or unreadable): no second error is reported about them or what
+	// they hold, such as that they are missing.
+	wrongAt map[string]bool
 	// unknownIn holds the paths of the mappings with an unknown field: a
 	// misspelt field is missing under its right name too, and saying so
 	// (or that an empty algorithm is unknown) would only bury the typo.
 	unknownIn map[string]bool
 }
 
+// lineError is one error and the line it is about, which orders errors.
+type lineError struct {
+	line int
+	msg  string
+}
+
+func (e lineError) Error() string { return e.msg }
+
+// err returns every error recorded, in line order (errors about one line
+// in the order they were found), or nil.
+func (b *builder) err() error {
+	if len(b.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(b.errs, func(x, y lineError) int { return x.line - y.line })
+	errs := make([]error, len(b.errs))
+	for i, e := range b.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
 // fail records an error at the node found by path (a mix of map keys and
 // list indexes), or at the closest ancestor that exists.
 func (b *builder) fail(path []any, format string, args ...any) {
-	where := fmt.Sprintf("%s:%d: ", b.source, b.line(path))
+	n, inFlow := b.locate(path)
+	b.record(n, inFlow, path, format, args...)
+}
+
+// failAt records an error at node n (a key, or a value the path cannot
+// find, such as a repeated key), whose path is path.
+func (b *builder) failAt(n *yaml.Node, path []any, format string, args ...any) {
+	parent, inFlow := b.locate(path[:max(len(path)-1, 0)])
+	b.record(n, inFlow || parent.Style&yaml.FlowStyle != 0, path, format, args...)
+}
+
+// wrong records an error about the value at path, and that nothing more is
+// to be said about it.
+func (b *builder) wrong(path []any, format string, args ...any) {
+	b.fail(path, format, args...)
+	b.wrongAt[pathString(path)] = true
+}
+
+// isWrong reports whether the value at path, or one holding it, was
+// reported wrong.
+func (b *builder) isWrong(path []any) bool {
+	for i := len(path); i > 0; i-- {
+		if b.wrongAt[pathString(path[:i])] {
+			return true
+		}
+	}
+	return false
+}
+
+// record writes file:line: path: reason, with the column after the line
+// when the node is inside a flow collection ({a: 1, b: 2} or [a, b]),
+// where a line holds several fields.
+func (b *builder) record(n *yaml.Node, inFlow bool, path []any, format string, args ...any) {
+	if b.isWrong(path) {
+		return
+	}
+	where := fmt.Sprintf("%s:%d: ", b.source, n.Line)
+	if inFlow {
+		where = fmt.Sprintf("%s:%d:%d: ", b.source, n.Line, n.Column)
+	}
 	if len(path) > 0 {
 		where += pathString(path) + ": "
 	}
-	b.errs = append(b.errs, errors.New(where+fmt.Sprintf(format, args...)))
+	b.errs = append(b.errs, lineError{line: n.Line, msg: where + fmt.Sprintf(format, args...)})
 }
 
-// keysInOrder returns the keys of the mapping at path in file order, so that
-// errors about a map's entries come out in a stable, readable order.
-func (b *builder) keysInOrder(path []any) []string {
-	n := b.root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	for _, p := range path {
-		if n = child(n, p); n == nil {
-			return nil
-		}
-	}
-	var keys []string
-	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
-		keys = append(keys, n.Content[i].Value)
-	}
-	return keys
+// lineOf returns the line of the node at path, or of its closest ancestor.
+func (b *builder) lineOf(path []any) int {
+	n, _ := b.locate(path)
+	return n.Line
 }
 
-func (b *builder) line(path []any) int {
-	n := b.root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
+// locate returns the node at path, or its closest ancestor that exists, and
+// whether that node is inside a flow collection.
+func (b *builder) locate(path []any) (n *yaml.Node, inFlow bool) {
+	n = b.doc
 	for _, p := range path {
 		next := child(n, p)
 		if next == nil {
 			break
 		}
-		n, line = next, next.Line
+		inFlow = inFlow || n.Style&yaml.FlowStyle != 0
+		n = next
 	}
-	return line
+	return n, inFlow
+}
+
+// keysInOrder returns the keys of the mapping at path in file order, once
+// each, so that errors about a map's entries come out in a stable, readable
+// order.
+func (b *builder) keysInOrder(path []any) []string {
+	n := b.doc
+	for _, p := range path {
+		if n = child(n, p); n == nil {
+			return nil
+		}
+	}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	var keys []string
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 func child(n *yaml.Node, p any) *yaml.Node {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
 	switch key := p.(type) {
 	case string:
 		if n.Kind != yaml.MappingNode {
@@ -199,7 +274,7 @@ func (b *builder) build(raw *rawFile) *Config {
 			continue
 		}
 		names[l.Name] = i
-		l.Line = b.line(path)
+		l.Line = b.lineOf(path)
 		cfg.Limits = append(cfg.Limits, l)
 	}
 	cfg.Limits = append(cfg.Limits, b.plans(raw.Plans, names)...)
@@ -281,7 +356,7 @@ const MaxKeysBound = 10_000_000
 // maxKeys applies max_keys, the bound on a limit's live keys.
 func (b *builder) maxKeys(path []any, r *rawLimit, l *Limit) {
 	switch n := r.MaxKeys; {
-	case n == nil || b.typeFailed[pathString(at(path, "max_keys"))]:
+	case n == nil:
 	case *n < 1 || *n > MaxKeysBound:
 		b.fail(at(path, "max_keys"), "want a whole number of live keys from 1 to %d, got %d", MaxKeysBound, *n)
 	case len(r.Key) == 0:
@@ -381,7 +456,7 @@ type rawParams struct {
 func (b *builder) params(path []any, alg tokenlimit.Algorithm, p rawParams) tokenlimit.Limit {
 	given := map[string]bool{"limit": p.limit != "", "capacity": p.capacity != 0, "refill": p.refill != "", "rate": p.rate != "", "max_burst": p.maxBurst != nil}
 	for f := range given {
-		given[f] = given[f] || b.typeFailed[pathString(at(path, f))]
+		given[f] = given[f] || b.wrongAt[pathString(at(path, f))]
 	}
 	if p.capacity < 0 {
 		b.fail(at(path, "capacity"), "want a positive whole number, got %d", p.capacity)
@@ -454,6 +529,14 @@ func (b *builder) rate(path []any, s string) (int64, time.Duration) {
 	return n, per
 }
 
+// rawWeightedCost is a cost as a mapping: each value of the descriptor By
+// costs its weight, any other value Default.
+type rawWeightedCost struct {
+	By      string           `yaml:"by"`
+	Weights map[string]int64 `yaml:"weights"`
+	Default int64            `yaml:"default"`
+}
+
 // cost reads a cost: absent (the request's own cost), "request", a positive
 // integer, or {by, weights, default}.
 func (b *builder) cost(path []any, n *yaml.Node) Cost {
@@ -470,21 +553,9 @@ func (b *builder) cost(path []any, n *yaml.Node) Cost {
 		}
 		return Cost{Constant: c}
 	case yaml.MappingNode:
-		var raw struct {
-			By      string           `yaml:"by"`
-			Weights map[string]int64 `yaml:"weights"`
-			Default int64            `yaml:"default"`
-		}
-		for _, k := range b.keysInOrder(path) {
-			if k != "by" && k != "weights" && k != "default" {
-				b.fail(at(path, k), "unknown field (want by, weights and default)")
-			}
-		}
-		if err := n.Decode(&raw); err != nil {
-			b.fail(path, "want {by: descriptor, weights: {value: cost}, default: cost}")
-			return Cost{}
-		}
-		if raw.By == "" {
+		var raw rawWeightedCost
+		b.decode(path, n, &raw)
+		if raw.By == "" && !b.unknownIn[pathString(path)] {
 			b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
 		}
 		for _, v := range b.keysInOrder(at(path, "weights")) {
@@ -579,110 +650,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-var (
-	unknownFieldMsg = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-	wrongTypeMsg    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`(.*)` )?into (\\S+)$")
-)
-
-// typeErrors reports the YAML decoder's unknown fields and wrong types with
-// their paths, in the form of every other error.
-func (b *builder) typeErrors(te *yaml.TypeError) {
-	for _, msg := range te.Errors {
-		if m := unknownFieldMsg.FindStringSubmatch(msg); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			path := b.pathAt(line, func(key, _ *yaml.Node) bool { return key.Value == m[2] }, true)
-			if len(path) > 0 {
-				b.unknownIn[pathString(path[:len(path)-1])] = true
-			}
-			b.fail(path, "unknown field")
-			continue
-		}
-		if m := wrongTypeMsg.FindStringSubmatch(msg); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			path := b.pathAt(line, func(_, value *yaml.Node) bool { return value.Line == line && kindName(value) == m[2] }, false)
-			b.typeFailed[pathString(path)] = true
-			got := kindWords[m[2]]
-			if m[3] != "" {
-				got = strconv.Quote(m[3])
-			}
-			b.fail(path, "want %s, got %s", goTypeWords(m[4]), got)
-			continue
-		}
-		b.errs = append(b.errs, fmt.Errorf("%s: %s", b.source, msg))
-	}
-}
-
-// pathAt finds the entry at line that match accepts (by its key, or its
-// value) and returns its path; key reports whether the key's line counts.
-func (b *builder) pathAt(line int, match func(key, value *yaml.Node) bool, key bool) []any {
-	n := b.root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	var found []any
-	var walk func(n *yaml.Node, path []any) bool
-	walk = func(n *yaml.Node, path []any) bool {
-		switch n.Kind {
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := at(path, k.Value)
-				if ((key && k.Line == line) || (!key && v.Line == line)) && match(k, v) {
-					found = p
-					return true
-				}
-				if walk(v, p) {
-					return true
-				}
-			}
-		case yaml.SequenceNode:
-			for i, v := range n.Content {
-				if !key && v.Line == line && match(nil, v) {
-					found = at(path, i)
-					return true
-				}
-				if walk(v, at(path, i)) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	walk(n, nil)
-	return found
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "map"
-	case yaml.SequenceNode:
-		return "seq"
-	}
-	return strings.TrimPrefix(n.ShortTag(), "!!")
-}
-
-var kindWords = map[string]string{"map": "a mapping", "seq": "a list", "str": "a string", "int": "a number", "float": "a number", "bool": "true or false", "null": "nothing"}
-
-// goTypeWords says in words what a Go type of the raw configuration wants.
-func goTypeWords(t string) string {
-	switch {
-	case t == "[]config.rawLimit":
-		return "a list of limits"
-	case strings.HasPrefix(t, "[]"):
-		return "a list"
-	case strings.HasPrefix(t, "map["), strings.HasPrefix(t, "config.raw"):
-		return "a mapping"
-	case strings.HasPrefix(t, "int"), t == "*int64":
-		return "a whole number"
-	case strings.HasPrefix(t, "float"), t == "*float64":
-		return "a number"
-	case t == "bool":
-		return "true or false"
-	case t == "string":
-		return "a string"
-	}
-	return t
 }

@@ -16,8 +16,7 @@ import (
 
 // TestInvalidConfigs loads every testdata/invalid/*.yaml and compares the
 // error with the exact text of the .err file beside it (one error a line, in
-// the order the configuration reports them). Add a case by adding a pair of
-// files.
+// line order). Add a case by adding a pair of files.
 func TestInvalidConfigs(t *testing.T) {
 	t.Parallel()
 	fixtures, err := filepath.Glob("testdata/invalid/*.yaml")
@@ -68,8 +67,9 @@ func TestInvalidConfigs(t *testing.T) {
 	}
 }
 
-// Every error line has the form "file:line: path: reason" or, for a file
-// with nothing in it, "file: reason".
+// Every error line has the form "file:line: path: reason" (or
+// "file:line:column: ..." inside a flow collection such as {a: 1, b: 2})
+// or, for a file with nothing in it, "file: reason".
 func TestInvalidConfigsErrorForm(t *testing.T) {
 	t.Parallel()
 	fixtures, _ := filepath.Glob("testdata/invalid/*.yaml")
@@ -88,12 +88,18 @@ func TestInvalidConfigsErrorForm(t *testing.T) {
 			if rest == " the file is empty" {
 				continue
 			}
-			num, _, ok := strings.Cut(rest, ": ")
-			if !ok || num == "" || strings.Trim(num, "0123456789") != "" || num == "0" {
+			pos, _, ok := strings.Cut(rest, ": ")
+			num, col, hasCol := strings.Cut(pos, ":")
+			if !ok || !positive(num) || (hasCol && !positive(col)) {
 				t.Errorf("%s: error line %q has no line number after the file name", path, line)
 			}
 		}
 	}
+}
+
+// positive reports whether s is a whole number above 0 in decimal digits.
+func positive(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == "" && strings.Trim(s, "0") != ""
 }
 
 func TestLoadMissingFile(t *testing.T) {
@@ -263,6 +269,40 @@ limits:
 	}
 	if got, want := cfg.Limits[3].Limit, tokenlimit.TokenBucketLimit(3, 1, 100*time.Millisecond); got != want {
 		t.Errorf("token bucket from \"Token-Bucket\": %v, want %v", got, want)
+	}
+}
+
+// Anchors, aliases and merge keys read as YAML defines them: a merged
+// mapping gives the fields the mapping does not give itself.
+func TestParseAnchorsAndMergeKeys(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+plans:
+  free: &quota {daily: 10, key: &keys [tenant]}
+  pro: *quota
+limits:
+  - &base {name: a, key: [user], algorithm: fixed_window, limit: 1/s}
+  - <<: *base
+    name: b
+    limit: 2/s
+  - {<<: [*base], name: c, key: *keys}
+`), "anchors.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name  string
+		key   []string
+		quota int64
+	}{{"a", []string{"user"}, 1}, {"b", []string{"user"}, 2}, {"c", []string{"tenant"}, 1}, {"plan-free-daily", []string{"tenant"}, 10}, {"plan-pro-daily", []string{"tenant"}, 10}}
+	if len(cfg.Limits) != len(want) {
+		t.Fatalf("%d limits, want %d: %+v", len(cfg.Limits), len(want), cfg.Limits)
+	}
+	for i, w := range want {
+		l := cfg.Limits[i]
+		if l.Name != w.name || !reflect.DeepEqual(l.Key, w.key) || l.Limit.Quota != w.quota || l.Limit.Algorithm != tokenlimit.FixedWindow {
+			t.Errorf("limits[%d] = %s key %v quota %d %v, want %s key %v quota %d fixed_window", i, l.Name, l.Key, l.Limit.Quota, l.Limit.Algorithm, w.name, w.key, w.quota)
+		}
 	}
 }
 

@@ -156,22 +156,19 @@ func (b *builder) amount(path []any, n *yaml.Node, usd bool) (v int64, given boo
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode {
-		b.typeFailed[pathString(path)] = true
-		b.fail(path, "want a whole number, got %s", kindWords[kindName(n)])
+		b.wrong(path, "want a whole number, got %s", valueWords(n))
 		return 0, true
 	}
 	if usd {
 		v, err := ParseUSD(n.Value, tokenlimit.MaxCost)
 		if err != nil {
-			b.typeFailed[pathString(path)] = true
-			b.fail(path, "%v", err)
+			b.wrong(path, "%v", err)
 		}
 		return v, true
 	}
 	v, err := strconv.ParseInt(n.Value, 10, 64)
 	if err != nil {
-		b.typeFailed[pathString(path)] = true
-		b.fail(path, "want a whole number, got %q", n.Value)
+		b.wrong(path, "want a whole number, got %q", n.Value)
 	}
 	return v, true
 }
@@ -191,8 +188,7 @@ func (b *builder) usdRate(path []any, s string) string {
 		err = fmt.Errorf("want a positive amount of dollars per period, such as 5.00/day, got %q", s)
 	}
 	if err != nil {
-		b.typeFailed[pathString(path)] = true // given, but wrong
-		b.fail(path, "%v", err)
+		b.wrong(path, "%v", err) // given, but wrong
 		return ""
 	}
 	return strconv.FormatInt(v, 10) + "/" + per
@@ -233,7 +229,7 @@ func (b *builder) price(path []any, n *yaml.Node) int64 {
 		b.fail(path, "missing: give the price in US dollars per million tokens, such as 2.50")
 		return 0
 	case n.Kind != yaml.ScalarNode:
-		b.fail(path, "want US dollars per million tokens, such as 2.50, got %s", kindWords[kindName(n)])
+		b.fail(path, "want US dollars per million tokens, such as 2.50, got %s", valueWords(n))
 		return 0
 	case strings.HasPrefix(strings.TrimSpace(n.Value), "-"):
 		b.fail(path, "a price must not be negative, got %s", n.Value)
