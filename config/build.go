@@ -71,6 +71,8 @@ type rawOverride struct {
 
 // builder collects every error, each with its file:line and field path.
 type builder struct {
+	// source names the file in errors; "" leaves out the file and position
+	// (a list of limits sent in a request body).
 	source string
 	// doc is the document's top node (a mapping, when the file is right).
 	doc  *yaml.Node
@@ -146,9 +148,13 @@ func (b *builder) record(n *yaml.Node, inFlow bool, path []any, format string, a
 	if b.isWrong(path) {
 		return
 	}
-	where := fmt.Sprintf("%s:%d: ", b.source, n.Line)
-	if inFlow {
+	var where string
+	switch {
+	case b.source == "": // no file: the path says where
+	case inFlow:
 		where = fmt.Sprintf("%s:%d:%d: ", b.source, n.Line, n.Column)
+	default:
+		where = fmt.Sprintf("%s:%d: ", b.source, n.Line)
 	}
 	if len(path) > 0 {
 		where += pathString(path) + ": "

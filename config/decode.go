@@ -129,7 +129,7 @@ func (b *builder) entries(path []any, n *yaml.Node) func(yield func(key, value *
 				continue
 			}
 			if first, dup := seen[key.Value]; dup {
-				b.failAt(key, at(path, key.Value), "repeated key: it is already given at line %d", first.Line)
+				b.repeatedKey(at(path, key.Value), key, first)
 				continue
 			}
 			seen[key.Value] = key
@@ -150,6 +150,15 @@ func (b *builder) entries(path []any, n *yaml.Node) func(yield func(key, value *
 			}
 		}
 	}
+}
+
+// repeatedKey reports key, given already as first.
+func (b *builder) repeatedKey(path []any, key, first *yaml.Node) {
+	if b.source == "" {
+		b.failAt(key, path, "repeated key") // no file: its lines mean nothing
+		return
+	}
+	b.failAt(key, path, "repeated key: it is already given at line %d", first.Line)
 }
 
 // mergeSources returns the mappings a merge key names: one, or a list.

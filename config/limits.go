@@ -2,9 +2,7 @@ package config
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -23,40 +21,29 @@ func ParseLimits(data []byte, field string) ([]Limit, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, nil
 	}
-	// JSON is YAML: wrapped in {limits: ...} and rewritten in block style
-	// (one field a line, so that the decoder's line numbers find each
-	// field), the list goes through the file's builder.
-	var list yaml.Node
-	if err := yaml.Unmarshal(data, &list); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: want a list of limits: %s", field, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
-	doc, err := yaml.Marshal(map[string]*yaml.Node{"limits": blockStyle(&list)})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", field, err)
+	if len(doc.Content) == 0 {
+		return nil, nil
 	}
-	const source = "plane"
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, fmt.Errorf("%s: %w", field, err)
+	// The list goes through the file's builder as the value of field; a
+	// JSON body's lines mean nothing to its sender, so errors name the
+	// field path only (an empty source).
+	b := builder{
+		doc: &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
+			{Kind: yaml.ScalarNode, Value: field}, doc.Content[0],
+		}},
+		wrongAt: map[string]bool{}, unknownIn: map[string]bool{},
 	}
-	var raw struct {
-		Limits []rawLimit `yaml:"limits"`
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(doc))
-	dec.KnownFields(true)
-	b := builder{source: source, root: &root, typeFailed: map[string]bool{}, unknownIn: map[string]bool{}}
-	if err := dec.Decode(&raw); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return nil, fmt.Errorf("%s: want a list of limits: %s", field, strings.TrimPrefix(err.Error(), "yaml: "))
-		}
-		b.typeErrors(te)
-	}
+	var raw []rawLimit
+	b.decode([]any{field}, doc.Content[0], &raw)
 	var out []Limit
 	names := map[string]int{}
-	for i := range raw.Limits {
-		path := []any{"limits", i}
-		r := &raw.Limits[i]
+	for i := range raw {
+		path := []any{field, i}
+		r := &raw[i]
 		if r.Key != nil {
 			b.fail(at(path, "key"), "a plane limit is one budget for its team or key: it takes no key")
 		}
@@ -73,43 +60,8 @@ func ParseLimits(data []byte, field string) ([]Limit, error) {
 			out = append(out, l)
 		}
 	}
-	if len(b.errs) > 0 {
-		return nil, stripPositions(source, field, b.errs)
+	if err := b.err(); err != nil {
+		return nil, err
 	}
 	return out, nil
-}
-
-// blockStyle clears the flow style of n and everything under it, so that
-// it marshals one field a line.
-func blockStyle(n *yaml.Node) *yaml.Node {
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	n.Style &^= yaml.FlowStyle
-	for _, c := range n.Content {
-		blockStyle(c)
-	}
-	return n
-}
-
-var position = regexp.MustCompile(`^[^:]*:\d+: (limits)?`)
-
-// stripPositions drops the "source:line: " of each error, and names the
-// list field: a JSON body's lines mean nothing to its sender, the field
-// path says it all.
-func stripPositions(source, field string, errs []error) error {
-	out := make([]error, len(errs))
-	for i, err := range errs {
-		msg := err.Error()
-		if strings.HasPrefix(msg, source+":") {
-			msg = position.ReplaceAllStringFunc(msg, func(m string) string {
-				if strings.HasSuffix(m, "limits") {
-					return field
-				}
-				return ""
-			})
-		}
-		out[i] = errors.New(msg)
-	}
-	return errors.Join(out...)
 }

@@ -28,6 +28,8 @@ func TestParseLimitsErrors(t *testing.T) {
 		{`[{"name": "a", "algorithm": "fixed_window", "limit": "10/s", "match": {"user": "*"}}]`, `limits[0].match: a plane limit`},
 		{`[{"name": "a", "algorithm": "fixed_window", "limit": "10/s"}, {"name": "a", "algorithm": "fixed_window", "limit": "10/s"}]`, `limits[1].name: "a" is already`},
 		{`{"name": "a"}`, `limits: want a list`},
+		{`[{"name": "a", "name": "b", "algorithm": "fixed_window", "limit": "10/s"}]`, `limits[0].name: repeated key`},
+		{`[{"name": "a", "algoritm": "fixed_window", "limit": "10/s"}]`, `limits[0].algoritm: unknown field (did you mean algorithm?)`},
 	} {
 		_, err := ParseLimits([]byte(c.in), "limits")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
