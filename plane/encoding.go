@@ -83,7 +83,7 @@ func decode(r Record) (stored, Common, error) {
 	if s.Format != format {
 		return s, Common{}, fmt.Errorf("plane: %s %s: format %d, this version reads %d", r.Kind, r.ID, s.Format, format)
 	}
-	limits, err := parseLimits(s.Limits)
+	limits, err := parseLimits(s.Limits, r.Kind == KindKey)
 	if err != nil {
 		return s, Common{}, fmt.Errorf("plane: %s %s: %w", r.Kind, r.ID, err)
 	}

@@ -152,7 +152,7 @@ func (s *Spec) common(env Env, key bool) (Common, error) {
 		}
 		c.ExpiresAt = t.UTC()
 	}
-	limits, err := parseLimits(s.Limits)
+	limits, err := parseLimits(s.Limits, key)
 	if err != nil {
 		return c, err
 	}
@@ -177,9 +177,19 @@ func checkLabels(labels map[string]string) error {
 	return nil
 }
 
+// The descriptors a plane limit is keyed by: a team's limit is one budget
+// for the team, a key's one budget for the key. The service sets them on
+// a call made with a key: "team" to the team's name, "api_key" to
+// KeyDescriptor(key).
+const (
+	TeamDescriptor = "team"
+	KeyDescriptor  = "api_key"
+)
+
 // parseLimits validates a record's limits with the configuration's own
-// rules (config.ParseLimits); the first error names its field.
-func parseLimits(raw json.RawMessage) ([]config.Limit, error) {
+// rules (config.ParseLimits), keyed by the key or the team; the first
+// error names its field.
+func parseLimits(raw json.RawMessage, key bool) ([]config.Limit, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -194,6 +204,13 @@ func parseLimits(raw json.RawMessage) ([]config.Limit, error) {
 	}
 	if len(limits) > MaxLimits {
 		return nil, fieldErr("limits", "at most %d limits, got %d", MaxLimits, len(limits))
+	}
+	by := []string{TeamDescriptor}
+	if key {
+		by = []string{KeyDescriptor}
+	}
+	for i := range limits {
+		limits[i].Key = by
 	}
 	return limits, nil
 }

@@ -47,3 +47,7 @@ func newID() string {
 	rand.Read(b[:])
 	return "key_" + hex.EncodeToString(b[:])
 }
+
+// KeyValue is the value of the api_key descriptor that keys a plane key's
+// budgets: its id, not its secret, so that a rotation keeps its budgets.
+func KeyValue(k *Key) string { return "plane:" + k.ID }

@@ -89,38 +89,81 @@ func (s *Service) planFor(reqs []Request, inFlight bool) (plan, error) {
 // key live.
 func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool) (plan, error) {
 	rules := s.rules.Load()
-	var now time.Time // read once a limit needs it: a calendar window, max_keys
 	p := plan{enforced: enforced}
+	var now time.Time // read once a limit needs it: a calendar window, max_keys
 	for i, r := range reqs {
 		empty, err := s.validate(i, r)
 		if err != nil {
 			return plan{}, err
 		}
 		desc := enrich(rules.cfg, r.Descriptors, empty)
+		var lv levels
+		if r.key != nil {
+			lv = *r.key
+		} else if s.opts.Plane != nil {
+			if desc, lv, err = s.planeLevels(rules.cfg, desc); err != nil {
+				return plan{}, err
+			}
+		}
 		cost := r.Cost
 		if cost == 0 {
 			cost = 1
 		}
+		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, inFlight: inFlight, take: take, now: &now, p: &p}
 		for li := range rules.cfg.Limits {
-			l := &rules.cfg.Limits[li]
-			key, ok := applies(l, rules.matches[li], desc, rules.cfg.HashTag)
-			if !ok || (l.Concurrency && !inFlight) {
-				continue
+			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, levelPlan) {
+				sel.add(l, rules.matches[li], true)
 			}
-			if now.IsZero() && (l.Calendar != config.NoCalendar || l.MaxKeys != 0) {
-				now = s.opts.Clock()
-			}
-			limit, suffix := effective(rules.cfg, l, desc, now)
-			key = s.boundKey(rules, l, key, suffix, limit, now, take)
-			c := check{limit: l, request: i, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(desc, cost, r.Spend)}}
-			if l.Shadow {
-				p.shadow = append(p.shadow, c)
-			} else {
-				p.enforced = append(p.enforced, c)
+		}
+		for _, level := range [...]struct {
+			limits []config.Limit
+			level  level
+		}{{lv.team, levelTeam}, {lv.key, levelKey}} {
+			for li := range level.limits {
+				if l := &level.limits[li]; !lv.replace(l.Name, level.level) {
+					sel.add(l, nil, false)
+				}
 			}
 		}
 	}
 	return p, nil
+}
+
+// selector adds the checks of one request to a plan.
+type selector struct {
+	s              *Service
+	rules          *ruleset
+	desc           map[string]string
+	request        int
+	cost, spend    int64
+	inFlight, take bool
+	now            *time.Time
+	p              *plan
+}
+
+// add adds the check of l, whose Match is want, if it applies; bounded
+// says whether the configuration's max_keys trackers apply to it (not to
+// a plane limit's budget).
+func (sel *selector) add(l *config.Limit, want []match, bounded bool) {
+	key, ok := applies(l, want, sel.desc, sel.rules.cfg.HashTag)
+	if !ok || (l.Concurrency && !sel.inFlight) {
+		return
+	}
+	if sel.now.IsZero() && (l.Calendar != config.NoCalendar || l.MaxKeys != 0) {
+		*sel.now = sel.s.opts.Clock()
+	}
+	limit, suffix := effective(sel.rules.cfg, l, sel.desc, *sel.now)
+	if bounded {
+		key = sel.s.boundKey(sel.rules, l, key, suffix, limit, *sel.now, sel.take)
+	} else {
+		key += suffix
+	}
+	c := check{limit: l, request: sel.request, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(sel.desc, sel.cost, sel.spend)}}
+	if l.Shadow {
+		sel.p.shadow = append(sel.p.shadow, c)
+	} else {
+		sel.p.enforced = append(sel.p.enforced, c)
+	}
 }
 
 // validate checks request i, r, and reports whether one of its descriptors

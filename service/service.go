@@ -20,6 +20,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
@@ -73,6 +74,10 @@ type Options struct {
 	// breaker cooldown plus, for a Redis Cluster, a client's topology
 	// refresh after a failover. Default 10s.
 	FailOpenRecovery time.Duration
+	// Plane, if not nil, holds the teams and api keys managed at runtime:
+	// a request whose api_key descriptor is a plane key's secret is checked
+	// against the key's limits, its team's and its plan's (see planeLevels).
+	Plane *plane.Plane
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -334,6 +339,10 @@ type Request struct {
 	// charged by limits with unit: usd; zero charges them nothing. Callers
 	// price requests themselves (see PriceOf), as the LLM proxy does.
 	Spend int64
+	// key, when set (KeyUsage), is the plane key the request is made
+	// with, already resolved: Descriptors are the key's, and these are its
+	// levels' limits.
+	key *levels
 }
 
 // Outcome is one limit's answer within a Decision.
@@ -425,6 +434,11 @@ func (s *Service) Check(ctx context.Context, reqs ...Request) (Decision, error) 
 	s.metrics.observe(d, time.Since(start))
 	return d, nil
 }
+
+// ErrUnauthorized marks a request whose api key has the form of a plane
+// key's secret but is unknown, revoked, disabled or expired (the key or its
+// team). Test with errors.Is; the message says which, never the secret.
+var ErrUnauthorized = errors.New("unauthorized")
 
 // ErrInvalidRequest marks a request the service refuses: a descriptor too
 // long, a negative cost. Test with errors.Is; the message names the field.

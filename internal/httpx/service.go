@@ -31,6 +31,8 @@ func ServiceError(err error, single bool) (e *Error, failed bool) {
 		return BadRequest(field, "the selected limits cannot be checked: %s", fe.Error()), false
 	case errors.Is(err, tokenlimit.ErrStoreFull):
 		return &Error{Status: http.StatusTooManyRequests, Message: "the key space is full: the rate-limit store holds as many budgets as it may; retry when keys expire"}, false
+	case errors.Is(err, service.ErrUnauthorized):
+		return &Error{Status: http.StatusUnauthorized, Field: "api_key", Message: strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")}, false
 	case errors.Is(err, service.ErrInvalidRequest):
 		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
 		if single {

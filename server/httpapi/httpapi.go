@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -48,6 +49,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics, if not nil, is served at /metrics.
 	Metrics http.Handler
+	// Plane, if not nil, is the quota plane whose teams and keys the admin
+	// endpoints /v1/admin/teams and /v1/admin/keys manage; the service
+	// must have it too (service.Options.Plane).
+	Plane *plane.Plane
+	// AdminName names the admin token in the plane's audit log lines;
+	// "admin" when empty.
+	AdminName string
 	// Dashboard, if not nil, is served at / (and every path the API does
 	// not own). When nil, / answers a small page pointing to /v1/limits.
 	Dashboard http.Handler
@@ -95,7 +103,7 @@ type endpoint struct {
 func (a *api) endpoints() []endpoint {
 	post := []string{http.MethodPost}
 	get := []string{http.MethodGet}
-	return []endpoint{
+	eps := []endpoint{
 		{"/v1/check", post, a.check},
 		{"/v1/forward-auth", nil, a.forwardAuth},
 		{"/v1/reserve", post, a.reserve},
@@ -106,6 +114,17 @@ func (a *api) endpoints() []endpoint {
 		{"/healthz", get, a.healthz},
 		{"/readyz", get, a.readyz},
 	}
+	if a.opts.Plane != nil {
+		who := a.opts.AdminName
+		if who == "" {
+			who = "admin"
+		}
+		admin := httpx.PlaneAdmin{Plane: a.opts.Plane, Service: a.svc, Gate: a.admin, Who: who, Log: a.log, MaxBody: a.opts.MaxBodyBytes}
+		for _, r := range admin.Routes() {
+			eps = append(eps, endpoint{r.Path, r.Methods, r.Handler})
+		}
+	}
+	return eps
 }
 
 // routes builds the mux: each endpoint under its methods, a JSON 405 for

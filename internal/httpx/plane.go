@@ -1,0 +1,407 @@
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+// PlaneAdmin serves the quota plane's admin resources under /v1/admin/
+// (teams, keys, a key's usage), each behind the admin gate. Every change
+// is logged as one audit line naming who made it (the admin token's
+// name), never a secret.
+type PlaneAdmin struct {
+	Plane   *plane.Plane
+	Service *service.Service
+	Gate    AdminGate
+	// Who names the admin token in the audit lines.
+	Who     string
+	Log     *slog.Logger
+	MaxBody int64
+}
+
+// Route is one path of an API, the methods it answers and its handler.
+type Route struct {
+	Path    string
+	Methods []string
+	Handler http.HandlerFunc
+}
+
+// Routes returns the plane's admin routes, each behind the gate.
+func (a PlaneAdmin) Routes() []Route {
+	const what = "admin endpoints"
+	g := func(h http.HandlerFunc) http.HandlerFunc { return a.Gate.Wrap(what, h) }
+	get, post, put, del := http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
+	return []Route{
+		{"/v1/admin/teams", []string{get, post}, g(a.teams)},
+		{"/v1/admin/teams/{id}", []string{get, put, del}, g(a.team)},
+		{"/v1/admin/keys", []string{get, post}, g(a.keys)},
+		{"/v1/admin/keys/{id}", []string{get, put, del}, g(a.key)},
+		{"/v1/admin/keys/{id}/rotate", []string{post}, g(a.rotate)},
+		{"/v1/admin/keys/{id}/usage", []string{get}, g(a.usage)},
+	}
+}
+
+// teamBody and keyBody are a team and a key as the admin API answers
+// them: never a secret, nor its digest.
+type teamBody struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Plan      string            `json:"plan,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Limits    json.RawMessage   `json:"limits,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	Disabled  bool              `json:"disabled"`
+	Version   int64             `json:"version"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+type keyBody struct {
+	teamBody
+	Team string `json:"team,omitempty"`
+	// Secret is set only in the answers of create and rotate.
+	Secret string `json:"secret,omitempty"`
+	// PreviousValidUntil is when the secret a rotation replaced stops
+	// being accepted.
+	PreviousValidUntil *time.Time `json:"previous_valid_until,omitempty"`
+}
+
+func commonBody(id string, c *plane.Common) teamBody {
+	b := teamBody{ID: id, Name: c.Name, Plan: c.Plan, Labels: c.Labels, Limits: c.RawLimits, Disabled: c.Disabled, Version: c.Version, UpdatedAt: c.UpdatedAt}
+	if !c.ExpiresAt.IsZero() {
+		b.ExpiresAt = &c.ExpiresAt
+	}
+	return b
+}
+
+func teamOf(t *plane.Team) teamBody { return commonBody(t.ID, &t.Common) }
+
+func keyOf(k *plane.Key) keyBody {
+	b := keyBody{teamBody: commonBody(k.ID, &k.Common), Team: k.Team}
+	if !k.PrevUntil.IsZero() {
+		b.PreviousValidUntil = &k.PrevUntil
+	}
+	return b
+}
+
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// ifMatch reads If-Match: the version a write expects, AnyVersion when
+// absent or "*".
+func ifMatch(r *http.Request) (int64, *Error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" || h == "*" {
+		return plane.AnyVersion, nil
+	}
+	v, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(h, "W/"), `"`), 10, 64)
+	if err != nil || v <= 0 {
+		return 0, BadRequest("If-Match", "want an ETag this API answered, such as \"12\", got %q", h)
+	}
+	return v, nil
+}
+
+// planeError answers a plane error: 400 naming the field, 404, 409, 412, or
+// 503 for a store that failed (nothing changed).
+func (a PlaneAdmin) planeError(w http.ResponseWriter, r *http.Request, err error, conditional bool) {
+	var fe *plane.FieldError
+	var e *Error
+	switch {
+	case errors.As(err, &fe):
+		e = BadRequest(fe.Field, "%s", fe.Reason)
+	case errors.Is(err, plane.ErrNotFound):
+		e = &Error{Status: http.StatusNotFound, Field: "id", Message: "no such " + kindOf(r)}
+	case errors.Is(err, plane.ErrInUse):
+		e = &Error{Status: http.StatusConflict, Field: "id", Message: "the team still has keys: delete or move them first"}
+	case errors.Is(err, plane.ErrConflict) && conditional:
+		e = &Error{Status: http.StatusPreconditionFailed, Field: "If-Match", Message: "the " + kindOf(r) + " changed since this version: read it again and retry"}
+	case errors.Is(err, plane.ErrConflict) && r.Method == http.MethodPost && r.PathValue("id") == "":
+		e = &Error{Status: http.StatusConflict, Field: "name", Message: "a " + kindOf(r) + " of this name exists"}
+	case errors.Is(err, plane.ErrConflict):
+		e = &Error{Status: http.StatusConflict, Message: "the " + kindOf(r) + " changed meanwhile: read it again and retry"}
+	default:
+		a.Log.ErrorContext(r.Context(), "plane: admin write failed", "path", r.URL.Path, "error", err)
+		e = &Error{Status: http.StatusServiceUnavailable, Message: "the plane's store failed; nothing changed, retry later"}
+	}
+	WriteError(w, e)
+}
+
+func kindOf(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/v1/admin/teams") {
+		return "team"
+	}
+	return "key"
+}
+
+// audit logs one change: who, what, which record, its new version.
+func (a PlaneAdmin) audit(r *http.Request, action, kind, id string, version int64) {
+	a.Log.InfoContext(r.Context(), "plane change", "who", a.Who, "action", action, "kind", kind, "id", id, "version", version)
+}
+
+func (a PlaneAdmin) teams(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		after, limit, e := page(r)
+		if e != nil {
+			WriteError(w, e)
+			return
+		}
+		teams, next := a.Plane.ListTeams(after, limit)
+		out := make([]teamBody, len(teams))
+		for i, t := range teams {
+			out[i] = teamOf(t)
+		}
+		WriteJSON(w, http.StatusOK, struct {
+			Teams []teamBody `json:"teams"`
+			Next  string     `json:"next,omitempty"`
+		}{out, next})
+		return
+	}
+	var s plane.Spec
+	if e := Decode(w, r, a.MaxBody, &s); e != nil {
+		WriteError(w, e)
+		return
+	}
+	t, err := a.Plane.CreateTeam(r.Context(), s)
+	if err != nil {
+		a.planeError(w, r, err, false)
+		return
+	}
+	a.audit(r, "create", "team", t.ID, t.Version)
+	w.Header().Set("ETag", etag(t.Version))
+	w.Header().Set("Location", "/v1/admin/teams/"+t.ID)
+	WriteJSON(w, http.StatusCreated, teamOf(t))
+}
+
+func (a PlaneAdmin) team(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	version, e := ifMatch(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		t, ok := a.Plane.Team(id)
+		if !ok {
+			a.planeError(w, r, plane.ErrNotFound, false)
+			return
+		}
+		w.Header().Set("ETag", etag(t.Version))
+		WriteJSON(w, http.StatusOK, teamOf(t))
+	case http.MethodPut:
+		var s plane.Spec
+		if e := Decode(w, r, a.MaxBody, &s); e != nil {
+			WriteError(w, e)
+			return
+		}
+		t, err := a.Plane.UpdateTeam(r.Context(), id, s, version)
+		if err != nil {
+			a.planeError(w, r, err, version != plane.AnyVersion)
+			return
+		}
+		a.audit(r, "update", "team", t.ID, t.Version)
+		w.Header().Set("ETag", etag(t.Version))
+		WriteJSON(w, http.StatusOK, teamOf(t))
+	case http.MethodDelete:
+		if err := a.Plane.DeleteTeam(r.Context(), id, version); err != nil {
+			a.planeError(w, r, err, version != plane.AnyVersion)
+			return
+		}
+		a.audit(r, "delete", "team", id, 0)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (a PlaneAdmin) keys(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		a.listKeys(w, r)
+		return
+	}
+	var s plane.Spec
+	if e := Decode(w, r, a.MaxBody, &s); e != nil {
+		WriteError(w, e)
+		return
+	}
+	k, secret, err := a.Plane.CreateKey(r.Context(), s)
+	if err != nil {
+		a.planeError(w, r, err, false)
+		return
+	}
+	a.audit(r, "create", "key", k.ID, k.Version)
+	b := keyOf(k)
+	b.Secret = secret
+	w.Header().Set("ETag", etag(k.Version))
+	w.Header().Set("Location", "/v1/admin/keys/"+k.ID)
+	WriteJSON(w, http.StatusCreated, b)
+}
+
+// page reads the paging parameters: after (the last id of the previous
+// page) and limit (1..1000, 100 by default).
+func page(r *http.Request) (after string, limit int, e *Error) {
+	q := r.URL.Query()
+	limit = 100
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 1000 {
+			return "", 0, BadRequest("limit", "want a whole number from 1 to 1000, got %q", s)
+		}
+		limit = n
+	}
+	return q.Get("after"), limit, nil
+}
+
+func (a PlaneAdmin) listKeys(w http.ResponseWriter, r *http.Request) {
+	after, limit, e := page(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	q := r.URL.Query()
+	f := plane.Filter{Team: q.Get("team"), Plan: q.Get("plan")}
+	if l := q.Get("label"); l != "" {
+		name, value, ok := strings.Cut(l, "=")
+		if !ok {
+			WriteError(w, BadRequest("label", "want name=value, got %q", l))
+			return
+		}
+		f.LabelName, f.LabelValue = name, value
+	}
+	if d := q.Get("disabled"); d != "" {
+		v, err := strconv.ParseBool(d)
+		if err != nil {
+			WriteError(w, BadRequest("disabled", "want true or false, got %q", d))
+			return
+		}
+		f.Disabled = &v
+	}
+	keys, next := a.Plane.ListKeys(f, after, limit)
+	out := make([]keyBody, len(keys))
+	for i, k := range keys {
+		out[i] = keyOf(k)
+	}
+	WriteJSON(w, http.StatusOK, struct {
+		Keys []keyBody `json:"keys"`
+		Next string    `json:"next,omitempty"`
+	}{out, next})
+}
+
+func (a PlaneAdmin) key(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	version, e := ifMatch(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		k, ok := a.Plane.Key(id)
+		if !ok {
+			a.planeError(w, r, plane.ErrNotFound, false)
+			return
+		}
+		w.Header().Set("ETag", etag(k.Version))
+		WriteJSON(w, http.StatusOK, keyOf(k))
+	case http.MethodPut:
+		var s plane.Spec
+		if e := Decode(w, r, a.MaxBody, &s); e != nil {
+			WriteError(w, e)
+			return
+		}
+		k, err := a.Plane.UpdateKey(r.Context(), id, s, version)
+		if err != nil {
+			a.planeError(w, r, err, version != plane.AnyVersion)
+			return
+		}
+		a.audit(r, "update", "key", k.ID, k.Version)
+		w.Header().Set("ETag", etag(k.Version))
+		WriteJSON(w, http.StatusOK, keyOf(k))
+	case http.MethodDelete:
+		if err := a.Plane.DeleteKey(r.Context(), id, version); err != nil {
+			a.planeError(w, r, err, version != plane.AnyVersion)
+			return
+		}
+		a.audit(r, "revoke", "key", id, 0)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// rotateBody is the body of POST /v1/admin/keys/{id}/rotate.
+type rotateBody struct {
+	// Grace is how long the replaced secret stays valid: a Go duration
+	// such as "1h"; none when absent.
+	Grace string `json:"grace"`
+}
+
+func (a PlaneAdmin) rotate(w http.ResponseWriter, r *http.Request) {
+	version, e := ifMatch(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	var b rotateBody
+	if e := DecodeOptional(w, r, a.MaxBody, &b); e != nil {
+		WriteError(w, e)
+		return
+	}
+	var grace time.Duration
+	if b.Grace != "" {
+		d, err := time.ParseDuration(b.Grace)
+		if err != nil || d < 0 || d > 30*24*time.Hour {
+			WriteError(w, BadRequest("grace", "want a duration from 0s to 720h such as 1h, got %q", b.Grace))
+			return
+		}
+		grace = d
+	}
+	k, secret, err := a.Plane.RotateKey(r.Context(), r.PathValue("id"), grace, version)
+	if err != nil {
+		a.planeError(w, r, err, version != plane.AnyVersion)
+		return
+	}
+	a.audit(r, "rotate", "key", k.ID, k.Version)
+	out := keyOf(k)
+	out.Secret = secret
+	w.Header().Set("ETag", etag(k.Version))
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// usageBody is one limit of GET /v1/admin/keys/{id}/usage.
+type usageBody struct {
+	Level     string    `json:"level"`
+	LevelName string    `json:"level_name,omitempty"`
+	Name      string    `json:"name"`
+	Unit      string    `json:"unit,omitempty"`
+	Limit     int64     `json:"limit"`
+	Used      int64     `json:"used"`
+	Remaining int64     `json:"remaining"`
+	Reset     time.Time `json:"reset"`
+}
+
+func (a PlaneAdmin) usage(w http.ResponseWriter, r *http.Request) {
+	us, err := a.Service.KeyUsage(r.Context(), r.PathValue("id"))
+	if errors.Is(err, plane.ErrNotFound) {
+		a.planeError(w, r, err, false)
+		return
+	}
+	if err != nil {
+		e, _ := ServiceError(err, true)
+		WriteError(w, e)
+		return
+	}
+	out := make([]usageBody, len(us))
+	for i, u := range us {
+		out[i] = usageBody{Level: u.Level, LevelName: u.LevelName, Name: u.Name, Limit: u.Limit, Used: u.Used, Remaining: u.Remaining, Reset: u.Reset.UTC()}
+		if u.Unit != 0 {
+			out[i].Unit = u.Unit.String()
+		}
+	}
+	WriteJSON(w, http.StatusOK, struct {
+		ID     string      `json:"id"`
+		Limits []usageBody `json:"limits"`
+	}{r.PathValue("id"), out})
+}

@@ -1,0 +1,143 @@
+package httpapi_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/server/httpapi"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+const planeConfig = `
+plans:
+  pro: {daily: 1000}
+limits:
+  - {name: rpm, key: [api_key], algorithm: fixed_window, limit: 100/min}
+`
+
+// newPlaneEnv is an env whose service and API share a plane on an
+// in-memory store; logs collects the server's log.
+func newPlaneEnv(t *testing.T, b backend, logs *testkit.Buffer) *env {
+	t.Helper()
+	var svc *service.Service
+	p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+		KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, b, setup{config: planeConfig, svc: func(o *service.Options) { o.Plane = p },
+		opts: httpapi.Options{AdminToken: "admintoken", Plane: p, AdminName: "ops", Logger: slog.New(slog.NewJSONHandler(logs, nil))}})
+	svc = e.svc
+	return e
+}
+
+const admin = "Authorization: Bearer admintoken"
+
+func TestPlaneAdminContract(t *testing.T) {
+	t.Parallel()
+	for _, b := range []backend{memBackend()} {
+		var logs testkit.Buffer
+		e := newPlaneEnv(t, b, &logs)
+		r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "team-usd", "unit": "usd", "algorithm": "fixed_window", "limit": "50.00/day", "calendar": "month"}]}`, admin)
+		if r.status != http.StatusCreated || r.json(t)["id"] != "acme" {
+			t.Fatalf("POST teams: %d %s", r.status, r.body)
+		}
+		r = e.post("/v1/admin/keys", `{"name": "laptop", "team": "acme", "limits": [{"name": "rpm", "algorithm": "fixed_window", "limit": "2/min"}]}`, admin)
+		created := r.json(t)
+		id, _ := created["id"].(string)
+		secret, _ := created["secret"].(string)
+		if r.status != http.StatusCreated || id == "" || !strings.HasPrefix(secret, "tl-") {
+			t.Fatalf("POST keys: %d %s", r.status, r.body)
+		}
+		if r := e.post("/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`); r.status != http.StatusOK {
+			t.Fatalf("check with the key: %d %s", r.status, r.body)
+		}
+		r = e.do(http.MethodGet, "/v1/admin/keys/"+id+"/usage", "", admin)
+		if r.status != http.StatusOK {
+			t.Fatalf("usage: %d %s", r.status, r.body)
+		}
+		levels := map[string]string{}
+		for _, l := range r.json(t)["limits"].([]any) {
+			m := l.(map[string]any)
+			levels[m["name"].(string)] = m["level"].(string)
+			if m["name"] == "rpm" && (m["used"].(float64) != 1 || m["remaining"].(float64) != 1) {
+				t.Errorf("usage of rpm: %v, want used 1, remaining 1", m)
+			}
+		}
+		if levels["rpm"] != "key" || levels["team-usd"] != "team" || levels["plan-pro-daily"] != "plan" {
+			t.Errorf("usage levels %v", levels)
+		}
+		// If-Match: of two edits of one version, the second loses.
+		r = e.do(http.MethodGet, "/v1/admin/keys/"+id, "", admin)
+		tag := r.header.Get("ETag")
+		if r.status != http.StatusOK || tag == "" || strings.Contains(r.body, secret) || strings.Contains(r.body, plane.Digest(secret)) {
+			t.Fatalf("GET key: %d %s (ETag %q)", r.status, r.body, tag)
+		}
+		if r := e.do(http.MethodPut, "/v1/admin/keys/"+id, `{"name": "laptop 2", "team": "acme"}`, admin, "If-Match: "+tag); r.status != http.StatusOK {
+			t.Fatalf("first edit: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodPut, "/v1/admin/keys/"+id, `{"name": "laptop 3", "team": "acme"}`, admin, "If-Match: "+tag); r.status != http.StatusPreconditionFailed {
+			t.Fatalf("second edit of the same version: %d %s, want 412", r.status, r.body)
+		}
+		if r := e.do(http.MethodDelete, "/v1/admin/keys/"+id, "", admin); r.status != http.StatusNoContent {
+			t.Fatalf("DELETE: %d %s", r.status, r.body)
+		}
+		if r := e.post("/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`); r.status != http.StatusUnauthorized {
+			t.Fatalf("check with a revoked key: %d %s, want 401", r.status, r.body)
+		}
+		if r := e.do(http.MethodGet, "/v1/admin/keys", "", "Authorization: Bearer wrong"); r.status != http.StatusUnauthorized {
+			t.Fatalf("a wrong admin token: %d", r.status)
+		}
+		out := logs.String()
+		if strings.Contains(out, secret) || strings.Contains(out, secret[3:]) {
+			t.Fatal("the log holds the secret")
+		}
+		for _, action := range []string{`"action":"create","kind":"team","id":"acme"`, `"action":"create","kind":"key"`, `"action":"update"`, `"action":"revoke"`} {
+			if !strings.Contains(out, action) || !strings.Contains(out, `"who":"ops"`) {
+				t.Errorf("no audit line %s by ops in\n%s", action, out)
+			}
+		}
+	}
+}
+
+func TestPlaneAdminBadInput(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := newPlaneEnv(t, memBackend(), &logs)
+	if r := e.post("/v1/admin/teams", `{"name": "acme"}`, admin); r.status != http.StatusCreated {
+		t.Fatal(r.body)
+	}
+	long := strings.Repeat("x", 257)
+	for _, c := range []struct{ body, field string }{
+		{`{"name": "k", "colour": "red"}`, "colour"},
+		{`{"name": "k", "limits": [{"name": "a", "algorithm": "fixed_window", "limit": "-5/min"}]}`, "limits[0].limit"},
+		{`{"name": "k", "limits": [{"name": "a", "algorithm": "token_bucket", "capacity": "ten", "refill": "1/s"}]}`, "limits[0].capacity"},
+		{`{"name": "k", "limits": [{"name": "a", "algorithm": "fixed_window", "limit": "5/min", "speed": 1}]}`, "limits[0].speed"},
+		{`{"name": "k", "plan": "gold"}`, "plan"},
+		{`{"name": "k", "team": "nope"}`, "team"},
+		{`{"name": "k", "expires_at": "2000-01-01T00:00:00Z"}`, "expires_at"},
+		{`{"name": "k", "labels": {"env": "` + long + `"}}`, "labels.env"},
+		{`{"name": "k", "limits": 5}`, "limits"},
+	} {
+		r := e.post("/v1/admin/keys", c.body, admin)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", c.body, r.status, r.body)
+			continue
+		}
+		if got := r.json(t)["error"].(map[string]any)["field"]; got != c.field {
+			t.Errorf("%s: field %v, want %s (%s)", c.body, got, c.field, r.body)
+		}
+	}
+	if r := e.do(http.MethodGet, "/v1/admin/keys", "", admin); r.status != http.StatusOK || strings.Contains(r.body, `"id"`) {
+		t.Fatalf("after bad input, keys: %d %s, want none", r.status, r.body)
+	}
+	if r := e.post("/v1/admin/teams", `{"name": "acme"}`, admin); r.status != http.StatusConflict {
+		t.Fatalf("a second team acme: %d %s, want 409", r.status, r.body)
+	}
+}

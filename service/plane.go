@@ -1,0 +1,178 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/plane"
+)
+
+// level is where a limit of a call made with a plane key comes from.
+type level uint8
+
+// The levels, from the lowest precedence to the highest.
+const (
+	levelPlan level = iota // the configuration (the plan's and every other limit)
+	levelTeam
+	levelKey
+)
+
+// levels are the plane's limits of one call: its key's and its team's.
+type levels struct {
+	team, key []config.Limit
+}
+
+// replace reports whether a limit named name at level at gives way to one
+// of that name at a higher level: a limit of the same name on the key
+// replaces the team's, which replaces the plan's; limits of different
+// names all apply.
+func (lv levels) replace(name string, at level) bool {
+	if lv.team == nil && lv.key == nil {
+		return false
+	}
+	has := func(ls []config.Limit) bool {
+		return slices.ContainsFunc(ls, func(l config.Limit) bool { return l.Name == name })
+	}
+	switch at {
+	case levelPlan:
+		return has(lv.team) || has(lv.key)
+	case levelTeam:
+		return has(lv.key)
+	}
+	return false
+}
+
+// planeLevels resolves a request's api key in the plane when it has the
+// form of a plane secret and the configuration does not list it: it
+// returns the descriptors the key stands for (api_key becomes the key's id,
+// team its team, plan its plan, else its team's) and its levels' limits, or
+// ErrUnauthorized. Other requests pass unchanged.
+func (s *Service) planeLevels(cfg *config.Config, desc map[string]string) (map[string]string, levels, error) {
+	secret := desc[plane.KeyDescriptor]
+	if !plane.IsSecret(secret) {
+		return desc, levels{}, nil
+	}
+	if _, yaml := cfg.APIKeys[secret]; yaml {
+		return desc, levels{}, nil
+	}
+	key, team, err := s.opts.Plane.Authenticate(secret, s.opts.Clock())
+	if err != nil {
+		return nil, levels{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return keyDescriptors(cfg, desc, key, team), levelsOf(key, team), nil
+}
+
+func levelsOf(key *plane.Key, team *plane.Team) levels {
+	lv := levels{key: key.Limits}
+	if team != nil {
+		lv.team = team.Limits
+	}
+	return lv
+}
+
+// keyDescriptors returns desc as a call made with key stands for it.
+func keyDescriptors(cfg *config.Config, desc map[string]string, key *plane.Key, team *plane.Team) map[string]string {
+	out := make(map[string]string, len(desc)+2)
+	for k, v := range desc {
+		out[k] = v
+	}
+	out[plane.KeyDescriptor] = plane.KeyValue(key)
+	delete(out, plane.TeamDescriptor)
+	plan := key.Plan
+	if team != nil {
+		out[plane.TeamDescriptor] = team.ID
+		if plan == "" {
+			plan = team.Plan
+		}
+	}
+	if plan != "" {
+		out["plan"] = plan
+	}
+	if out["plan"] == "" && cfg.DefaultPlan != "" {
+		out["plan"] = cfg.DefaultPlan
+	}
+	return out
+}
+
+// KnownPlan reports whether the configuration in force has a plan named
+// name: a limit matches its requests (plan: name), as each plan's quotas do.
+func (s *Service) KnownPlan(name string) bool {
+	cfg := s.rules.Load().cfg
+	if name == cfg.DefaultPlan {
+		return name != ""
+	}
+	for _, l := range cfg.Limits {
+		if l.Match["plan"] == config.Pattern(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Usage is one limit that applies to a plane key, and its state.
+type Usage struct {
+	// Level is "key", "team" or "plan" (a limit of the configuration);
+	// LevelName the key's id, the team's name, or the plan's name ("" for
+	// a configured limit a call matches without a plan).
+	Level, LevelName string
+	// Name is the limit's name; Unit what it counts.
+	Name string
+	Unit Unit
+	// Limit, Used and Remaining are in the limit's unit (micro-dollars for
+	// usd); Used is Limit - Remaining, so a bucket's refill shows.
+	Limit, Used, Remaining int64
+	// Reset is when the budget is whole again.
+	Reset time.Time
+}
+
+// KeyUsage reports every limit that applies to the plane key id (its own,
+// its team's, its plan's and the configuration's), charging nothing.
+// plane.ErrNotFound when there is no such key.
+func (s *Service) KeyUsage(ctx context.Context, id string) ([]Usage, error) {
+	if s.opts.Plane == nil {
+		return nil, plane.ErrNotFound
+	}
+	key, ok := s.opts.Plane.Key(id)
+	if !ok {
+		return nil, plane.ErrNotFound
+	}
+	team, _ := s.opts.Plane.Team(key.Team)
+	cfg := s.rules.Load().cfg
+	lv := levelsOf(key, team)
+	desc := keyDescriptors(cfg, map[string]string{}, key, team)
+	d, err := s.Inspect(ctx, Request{Descriptors: desc, key: &lv})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Usage, 0, len(d.Limits))
+	for _, o := range d.Limits {
+		u := Usage{Level: "plan", LevelName: desc["plan"], Name: o.Name, Limit: o.Limit, Remaining: o.Remaining,
+			Used: max(o.Limit-o.Remaining, 0), Reset: d.At.Add(o.ResetAfter)}
+		switch {
+		case lv.replace(o.Name, levelTeam):
+			u.Level, u.LevelName = "key", key.ID
+		case team != nil && lv.replace(o.Name, levelPlan):
+			u.Level, u.LevelName = "team", team.ID
+		}
+		if unit, ok := s.unitIn(o.Name, lv); ok {
+			u.Unit = unit
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// unitIn is UnitOf for a call with the plane levels lv.
+func (s *Service) unitIn(name string, lv levels) (Unit, bool) {
+	for _, ls := range [][]config.Limit{lv.key, lv.team} {
+		for i := range ls {
+			if ls[i].Name == name {
+				return unitOf(&ls[i]), true
+			}
+		}
+	}
+	return s.UnitOf(name)
+}
