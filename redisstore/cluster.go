@@ -90,7 +90,14 @@ func (s *Store) refundDetached(ctx context.Context, now time.Time, items []token
 }
 
 // refund gives back the costs of the charged groups, each at the time it
-// was charged, so that every algorithm refunds exactly what it took.
+// was charged, so that every algorithm refunds exactly what it took. It
+// runs the refund script, which a full Redis runs too (refundEntry): when
+// a later slot was refused because its node is full, the earlier slots are
+// still put back, even if their nodes filled meanwhile. What can still
+// leave them charged is a refund that does not arrive (a node down or
+// slower than Options.RefundTimeout); the error then says so, and the
+// charge lasts at most until its key expires (one window, or the bucket's
+// refill of the cost).
 func (s *Store) refund(ctx context.Context, now time.Time, items []tokenlimit.Item, charged [][]int, times []time.Time) error {
 	for g, group := range charged {
 		var adj []tokenlimit.Adjustment
@@ -102,7 +109,7 @@ func (s *Store) refund(ctx context.Context, now time.Time, items []tokenlimit.It
 		if len(adj) == 0 {
 			continue
 		}
-		if err := s.adjustOnce(ctx, now, adj); err != nil {
+		if err := s.adjustOnce(ctx, now, adj, refundSc); err != nil {
 			return fmt.Errorf("redisstore: refunding a partly charged check: %w", err)
 		}
 	}
@@ -169,7 +176,7 @@ func (s *Store) adjustBySlot(ctx context.Context, now time.Time, adjustments []t
 		for j, i := range group {
 			part[j] = adjustments[i]
 		}
-		if err := s.adjustOnce(ctx, now, part); err != nil {
+		if err := s.adjustOnce(ctx, now, part, adjustSc); err != nil {
 			if g > 0 {
 				return fmt.Errorf("%w (the adjustments of %d other slots were applied)", err, g)
 			}

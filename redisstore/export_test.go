@@ -60,3 +60,9 @@ func CheckInOneCall(s *Store, now time.Time, items [][]tokenlimit.Item, results 
 	}
 	return s.checkMany(context.Background(), jobs, &callBuffers{})
 }
+
+// RefundOnce gives back adjustments (every delta negative) in one call of
+// the refund script, as a Cluster check takes back its earlier slots.
+func RefundOnce(s *Store, ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+	return s.adjustOnce(ctx, now, adjustments, refundSc)
+}

@@ -21,6 +21,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,6 +102,9 @@ type Store struct {
 	// that the test suites exercise it on every decision (export_test.go).
 	batchScriptAlways bool
 	refundTO          time.Duration
+	// legacy is set once the server could not compile a script's "#!lua"
+	// line (older than Redis 7): scripts run without it from then on.
+	legacy atomic.Bool
 }
 
 // The entry points as the store calls them, and the library that holds
@@ -110,6 +114,8 @@ var (
 	checkSc        = newScript(lib, checkEntry)
 	checkBatch     = newScript(lib, checkBatchEntry)
 	adjustSc       = newScript(lib, adjustEntry)
+	refundSc       = newScript(lib, refundEntry)
+	undoSettleSc   = newScript(lib, undoSettleEntry)
 	resetSc        = newScript(lib, resetEntry)
 	entriesSc      = newScript(lib, entriesEntry)
 	reserveSc      = newScript(lib, reserveEntry)
@@ -239,18 +245,19 @@ func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenli
 	if s.cluster {
 		return s.adjustBySlot(ctx, now, adjustments)
 	}
-	return s.adjustOnce(ctx, now, adjustments)
+	return s.adjustOnce(ctx, now, adjustments, adjustSc)
 }
 
-// adjustOnce runs the adjust script on adjustments that share a slot.
-func (s *Store) adjustOnce(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+// adjustOnce runs sc, the adjust script or the refund script (refunds
+// only), on adjustments that share a slot.
+func (s *Store) adjustOnce(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment, sc script) error {
 	keys, args := make([]string, 0, len(adjustments)+1), s.header(now, 6*len(adjustments))
 	for _, a := range adjustments {
 		keys = s.appendKeys(keys, a.Key, a.Limit.Algorithm)
 		args = appendParams(args, a.Limit, a.Delta)
 		args = append(args, strconv.FormatInt(a.ChargedAt.UnixMicro(), 10))
 	}
-	if _, err := s.run(ctx, adjustSc, keys, args); err != nil {
+	if _, err := s.run(ctx, sc, keys, args); err != nil {
 		return fmt.Errorf("redisstore: adjust: %w", err)
 	}
 	return nil
@@ -350,18 +357,63 @@ var errShortReply = errors.New("reply ends before its results")
 // run calls an entry point: as a Redis Function when the store can (see
 // FunctionCaller), else the script by SHA and, if Redis lost it, by source,
 // which reloads it. One round trip normally; after a restart, SCRIPT FLUSH
-// or FUNCTION FLUSH, one more to reload and the call again.
+// or FUNCTION FLUSH, one more to reload and the call again. A Redis that
+// refused the call for want of memory answers an error matching
+// tokenlimit.ErrStoreFull (see storeFull).
 func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
 	if s.fn != nil && !s.fn.off.Load() {
 		if reply, ran, err := s.fn.call(ctx, sc, keys, args); ran {
-			return reply, crossSlotHint(err)
+			return reply, replyError(err)
 		}
+	}
+	reply, err := s.eval(ctx, sc, keys, args)
+	return reply, replyError(err)
+}
+
+// eval runs sc as a script: by SHA, then by source if Redis lost it, and
+// without its "#!lua" line on a server that cannot compile it.
+func (s *Store) eval(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	if s.legacy.Load() {
+		reply, err := s.client.EvalSHA(ctx, sc.legacySHA, keys, args)
+		if IsNoScript(err) {
+			reply, err = s.client.Eval(ctx, sc.legacy, keys, args)
+		}
+		return reply, err
 	}
 	reply, err := s.client.EvalSHA(ctx, sc.sha, keys, args)
 	if IsNoScript(err) {
 		reply, err = s.client.Eval(ctx, sc.src, keys, args)
+		if isShebangRefused(err) { // compiling failed: nothing ran
+			s.legacy.Store(true)
+			return s.eval(ctx, sc, keys, args)
+		}
 	}
-	return reply, crossSlotHint(err)
+	return reply, err
+}
+
+// isShebangRefused reports whether err is a server older than Redis 7
+// failing to compile a script's "#!lua" line (Lua 5.1 reads '#' as an
+// unexpected symbol on line 1).
+func isShebangRefused(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Error compiling script") && strings.Contains(err.Error(), ":1: unexpected symbol near '#'")
+}
+
+// replyError maps Redis' error replies to what the store's callers act on.
+func replyError(err error) error {
+	return storeFull(crossSlotHint(err))
+}
+
+// storeFull makes Redis' refusal of a call for want of memory
+// (maxmemory reached under the noeviction policy: "OOM command not allowed
+// when used memory > 'maxmemory'") match tokenlimit.ErrStoreFull, the
+// answer of a full embedded store, rather than a failing store's. Every
+// entry point that writes declares so (see flags), so a full Redis refuses
+// the call before it writes anything.
+func storeFull(err error) error {
+	if err != nil && (strings.HasPrefix(err.Error(), "OOM ") || strings.Contains(err.Error(), "OOM command not allowed")) {
+		return fmt.Errorf("%w: redis is at its maxmemory and evicts nothing (maxmemory-policy noeviction): %w", tokenlimit.ErrStoreFull, err)
+	}
+	return err
 }
 
 // crossSlotHint says what to do about a CROSSSLOT error.

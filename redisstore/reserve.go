@@ -118,7 +118,11 @@ func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req 
 	}
 	args := append(s.header(now, 5), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
 		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend)
-	reply, err := s.runIdempotent(ctx, settleSc, []string{record}, args)
+	sc := settleSc
+	if forget {
+		sc = undoSettleSc // a full Redis runs it too (undoSettleEntry)
+	}
+	reply, err := s.runIdempotent(ctx, sc, []string{record}, args)
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: settle: %w", err)
 	}
