@@ -91,7 +91,8 @@ func processCPU(b *testing.B) int64 {
 
 // BenchmarkBatchCall is one decision of a batch call of a fixed size: the
 // call of 1, 16 or 64 checks that many callers' queued checks make, without
-// the callers, so that a batch's size is the same from run to run. Shapes:
+// the callers, so that a batch's size is the same from run to run; and
+// (lone) the call of a lone caller's check. Shapes:
 // one token bucket or GCRA (loadcompare's 100 per second), one fixed window
 // (envoycompare's a million per second), three limits (loadcompare's).
 // Besides ns/op it reports redis-us/op, redis-server's CPU per decision as
@@ -112,6 +113,23 @@ func BenchmarkBatchCall(b *testing.B) {
 		{"limits=3", []tokenlimit.Limit{bucket, tokenlimit.SlidingCounterLimit(100, time.Second), tokenlimit.FixedWindowLimit(1_000_000, 24*time.Hour)}},
 	}
 	for _, sh := range shapes {
+		b.Run(sh.name+"/lone", func(b *testing.B) {
+			// The call a lone caller's check makes (Store.Check, nothing
+			// queued): the common case.
+			items, results := make([]tokenlimit.Item, len(sh.limits)), make([]tokenlimit.Result, len(sh.limits))
+			before := stats()
+			next := 0
+			for b.Loop() {
+				for l, lim := range sh.limits {
+					items[l] = tokenlimit.Item{Key: "user-" + strconv.Itoa(next%10_000), Limit: lim, Cost: 1}
+				}
+				if _, err := st.Check(context.Background(), time.Now(), items, results); err != nil || !results[0].Allowed {
+					b.Fatal(err, results[0])
+				}
+				next++
+			}
+			b.ReportMetric((stats()-before)/float64(b.N), "redis-us/op")
+		})
 		for _, size := range []int{1, 16, 64} {
 			b.Run(sh.name+"/batch="+strconv.Itoa(size), func(b *testing.B) {
 				items, results := make([][]tokenlimit.Item, size), make([][]tokenlimit.Result, size)
