@@ -50,15 +50,35 @@ func validateCommand() *cobra.Command {
 			}
 			cfg, err := config.Load(args[0])
 			if err != nil {
-				return envoyHint(args[0], err)
+				return envoyHint(args[0], countErrors(args[0], err))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid, %d limits\n", args[0], len(cfg.Limits))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid, %s\n", args[0], count(len(cfg.Limits), "limit"))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&envoyDir, "envoy-config", "", "check a directory of envoyproxy/ratelimit *.yaml files instead")
 	cmd.Flags().BoolVar(&merge, "merge-domains", false, "with --envoy-config: let several files configure one domain (MERGE_DOMAIN_CONFIG)")
 	return cmd
+}
+
+// countErrors puts "FILE: N errors:" on a line of its own above several
+// errors (one a line, each naming its file and line), so that each starts
+// a line whatever is written before the first; one error stays as it is.
+func countErrors(path string, err error) error {
+	var list interface{ Unwrap() []error }
+	if !errors.As(err, &list) || len(list.Unwrap()) < 2 {
+		return err
+	}
+	return fmt.Errorf("%s: %s:\n%w", path, count(len(list.Unwrap()), "error"), err)
+}
+
+// count writes n and the noun, in the plural unless n is 1: "1 limit",
+// "3 limits".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // exactArgs is cobra.ExactArgs with a message that names what is missing.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,54 @@ func TestValidate(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad.yaml:5: limits[0].refill") {
 		t.Errorf("validate of a bad file: %v, want an error naming bad.yaml:5 and limits[0].refill", err)
 	}
+	one := filepath.Join(t.TempDir(), "one.yaml")
+	if err := os.WriteFile(one, []byte("limits:\n  - {name: x, algorithm: fixed_window, limit: 1/s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := Run(context.Background(), []string{"validate", one}, &out, io.Discard); err != nil || out.String() != one+": valid, 1 limit\n" {
+		t.Errorf("validate of a one-limit file: %v, %q; want %q", err, out.String(), one+": valid, 1 limit\n")
+	}
 	if err := Run(context.Background(), []string{"validate"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "FILE") {
 		t.Errorf("validate with no file: %v, want an error asking for FILE", err)
+	}
+}
+
+// TestConfigDocValidateOutput runs every `tokenlimit validate FILE` that
+// docs/config.md shows and compares what it prints (as the program prints
+// it: "tokenlimit: " and the error) with the doc. FILE is the yaml block of
+// the doc whose first line is "# FILE", else the repository's file.
+func TestConfigDocValidateOutput(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, m := range regexp.MustCompile("(?s)```yaml\n(# (\\S+)\n.*?)```").FindAllStringSubmatch(string(doc), -1) {
+		files[m[2]] = m[1]
+	}
+	runs := regexp.MustCompile("(?s)```console\n\\$ tokenlimit validate (\\S+)\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+	if len(runs) < 2 {
+		t.Fatalf("found %d `tokenlimit validate` examples in docs/config.md, want the invalid and the valid one", len(runs))
+	}
+	dir := t.TempDir()
+	for _, run := range runs {
+		name, want := run[1], run[2]
+		path := filepath.Join("..", name)
+		if content, ok := files[name]; ok {
+			path = filepath.Join(dir, name)
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out bytes.Buffer
+		if err := Run(context.Background(), []string{"validate", path}, &out, io.Discard); err != nil {
+			fmt.Fprintln(&out, "tokenlimit:", err)
+		}
+		if got := strings.ReplaceAll(out.String(), path, name); got != want {
+			t.Errorf("tokenlimit validate %s prints\n%s\ndocs/config.md says\n%s", name, got, want)
+		}
 	}
 }
 

@@ -319,7 +319,7 @@ func validateEnvoy(out io.Writer, dir string, merge bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%s: valid envoyproxy/ratelimit configuration, %d files, %d domains, %d limits\n", dir, len(cfg.Files), len(cfg.Domains()), len(cfg.Limits))
+	fmt.Fprintf(out, "%s: valid envoyproxy/ratelimit configuration, %s, %s, %s\n", dir, count(len(cfg.Files), "file"), count(len(cfg.Domains()), "domain"), count(len(cfg.Limits), "limit"))
 	return nil
 }
 

@@ -152,7 +152,7 @@ func TestValidateAndMigrateEnvoy(t *testing.T) {
 	dir := t.TempDir()
 	writeEnvoyDir(t, dir, 7)
 	var out bytes.Buffer
-	if err := Run(context.Background(), []string{"validate", "--envoy-config", dir}, &out, io.Discard); err != nil || !strings.Contains(out.String(), "1 domains, 1 limits") {
+	if err := Run(context.Background(), []string{"validate", "--envoy-config", dir}, &out, io.Discard); err != nil || !strings.HasSuffix(out.String(), ": valid envoyproxy/ratelimit configuration, 1 file, 1 domain, 1 limit\n") {
 		t.Errorf("validate --envoy-config: %v %q", err, out.String())
 	}
 	out.Reset()
