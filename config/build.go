@@ -110,14 +110,18 @@ func (b *builder) err() error {
 }
 
 // fail records an error at the node found by path (a mix of map keys and
-// list indexes), or at the closest ancestor that exists.
+// list indexes), or at the closest ancestor that exists, unless that value
+// or one holding it was reported wrong already.
 func (b *builder) fail(path []any, format string, args ...any) {
+	if b.isWrong(path) {
+		return
+	}
 	n, inFlow := b.locate(path)
 	b.record(n, inFlow, path, format, args...)
 }
 
-// failAt records an error at node n (a key, or a value the path cannot
-// find, such as a repeated key), whose path is path.
+// failAt records an error at node n (a key the path cannot find, such as
+// a repeated one, or a value of the wrong type), whose path is path.
 func (b *builder) failAt(n *yaml.Node, path []any, format string, args ...any) {
 	parent, inFlow := b.locate(path[:max(len(path)-1, 0)])
 	b.record(n, inFlow || parent.Style&yaml.FlowStyle != 0, path, format, args...)
@@ -145,9 +149,6 @@ func (b *builder) isWrong(path []any) bool {
 // when the node is inside a flow collection ({a: 1, b: 2} or [a, b]),
 // where a line holds several fields.
 func (b *builder) record(n *yaml.Node, inFlow bool, path []any, format string, args ...any) {
-	if b.isWrong(path) {
-		return
-	}
 	var where string
 	switch {
 	case b.source == "": // no file: the path says where
@@ -535,16 +536,11 @@ func (b *builder) rate(path []any, s string) (int64, time.Duration) {
 	return n, per
 }
 
-// rawWeightedCost is a cost as a mapping: each value of the descriptor By
-// costs its weight, any other value Default.
-type rawWeightedCost struct {
-	By      string           `yaml:"by"`
-	Weights map[string]int64 `yaml:"weights"`
-	Default int64            `yaml:"default"`
-}
+// costForms lists, for errors, the forms a cost takes.
+const costForms = `a positive whole number, "request" or {by, weights, default}`
 
 // cost reads a cost: absent (the request's own cost), "request", a positive
-// integer, or {by, weights, default}.
+// integer, or a mapping (weightedCost). Each form is read in one place.
 func (b *builder) cost(path []any, n *yaml.Node) Cost {
 	switch n.Kind {
 	case 0:
@@ -555,30 +551,43 @@ func (b *builder) cost(path []any, n *yaml.Node) Cost {
 		}
 		c, err := strconv.ParseInt(n.Value, 10, 64)
 		if err != nil || c <= 0 || c > tokenlimit.MaxCost {
-			b.fail(path, "want a positive whole number, \"request\" or {by, weights, default}; got %q", n.Value)
+			b.fail(path, "want %s; got %q", costForms, n.Value)
 		}
 		return Cost{Constant: c}
 	case yaml.MappingNode:
-		var raw rawWeightedCost
-		b.decode(path, n, &raw)
-		if raw.By == "" && !b.unknownIn[pathString(path)] {
-			b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
-		}
-		for _, v := range b.keysInOrder(at(path, "weights")) {
-			if w := raw.Weights[v]; w <= 0 || w > tokenlimit.MaxCost {
-				b.fail(at(path, "weights", v), "want a positive whole number, got %d", w)
-			}
-		}
-		if raw.Default < 0 {
-			b.fail(at(path, "default"), "must not be negative, got %d", raw.Default)
-		}
-		if raw.Default == 0 {
-			raw.Default = 1
-		}
-		return Cost{By: raw.By, Weights: raw.Weights, Default: raw.Default}
+		return b.weightedCost(path, n)
 	}
-	b.fail(path, "want a positive whole number, \"request\" or {by, weights, default}")
+	b.fail(path, "want %s", costForms)
 	return Cost{}
+}
+
+// rawWeightedCost is a cost as a mapping: each value of the descriptor By
+// costs its weight, any other value Default.
+type rawWeightedCost struct {
+	By      string           `yaml:"by"`
+	Weights map[string]int64 `yaml:"weights"`
+	Default int64            `yaml:"default"`
+}
+
+// weightedCost reads {by, weights, default}; default is 1 when absent.
+func (b *builder) weightedCost(path []any, n *yaml.Node) Cost {
+	var raw rawWeightedCost
+	b.decode(path, n, &raw)
+	if raw.By == "" && !b.unknownIn[pathString(path)] {
+		b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
+	}
+	for _, v := range b.keysInOrder(at(path, "weights")) {
+		if w := raw.Weights[v]; w <= 0 || w > tokenlimit.MaxCost {
+			b.fail(at(path, "weights", v), "want a positive whole number, got %d", w)
+		}
+	}
+	if raw.Default < 0 {
+		b.fail(at(path, "default"), "must not be negative, got %d", raw.Default)
+	}
+	if raw.Default == 0 {
+		raw.Default = 1
+	}
+	return Cost{By: raw.By, Weights: raw.Weights, Default: raw.Default}
 }
 
 // plans turns each plan's daily and monthly token quotas into calendar
@@ -596,7 +605,7 @@ func (b *builder) plans(plans map[string]rawPlan, names map[string]int) []Limit 
 		if len(key) == 0 {
 			key = []string{"api_key"}
 		}
-		if p.Daily == 0 && p.Monthly == 0 {
+		if p.Daily == 0 && p.Monthly == 0 && !b.wrongAt[pathString(at(path, "daily"))] && !b.wrongAt[pathString(at(path, "monthly"))] {
 			b.fail(path, "a plan needs a daily or a monthly quota")
 		}
 		for _, q := range []struct {
