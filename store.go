@@ -135,7 +135,9 @@ type Result struct {
 
 // Store decides and records charges against budgets. Implementations are safe
 // for concurrent use by multiple goroutines (and, for the Redis store, by
-// multiple processes).
+// multiple processes). A call reads and writes the slices (and pointers) it
+// is given only until it returns, even when it returns early because its
+// context ended: callers reuse them at once (Limiter pools its items).
 type Store interface {
 	// Check decides items at time now, all or nothing: if every item is
 	// allowed, every item's cost is charged; otherwise nothing is charged.

@@ -42,9 +42,12 @@ type batcher struct {
 }
 
 // batchJob is one queued check. done receives one value when it is
-// decided. Jobs are reused (jobPool) once their callers have their results;
-// a job whose caller gave up waiting is not, since a batch may still write
-// to it.
+// decided. A queued job holds copies of its caller's items and its own
+// results (detach), so that a lane reads and writes nothing of a caller
+// that gave up and returned; the caller copies the results out once
+// decided. Jobs are reused (jobPool) once their callers have their
+// results; a job whose caller gave up waiting is not, since a batch may
+// still write to it.
 type batchJob struct {
 	ctx     context.Context
 	now     time.Time
@@ -53,6 +56,29 @@ type batchJob struct {
 	at      time.Time
 	err     error
 	done    chan struct{}
+	// out is where the caller wants the results, which the lane writes
+	// into results, the job's own.
+	out []tokenlimit.Result
+	// ownItems and ownResults are the arrays of a queued job's items and
+	// results, kept from use to use.
+	ownItems   []tokenlimit.Item
+	ownResults []tokenlimit.Result
+}
+
+// detach makes j hold copies of its caller's items and results of its
+// own, the caller's results slice kept in out.
+func (j *batchJob) detach() {
+	j.ownItems = append(j.ownItems[:0], j.items...)
+	j.ownResults = append(j.ownResults[:0], make([]tokenlimit.Result, len(j.results))...)
+	j.items, j.out, j.results = j.ownItems, j.results, j.ownResults
+}
+
+// release empties j, keeping its arrays but no key, and puts it back in
+// the pool.
+func (j *batchJob) release() {
+	clear(j.ownItems)
+	*j = batchJob{done: j.done, ownItems: j.ownItems[:0], ownResults: j.ownResults[:0]}
+	jobPool.Put(j)
 }
 
 var jobPool = sync.Pool{New: func() any { return &batchJob{done: make(chan struct{}, 1)} }}
@@ -103,6 +129,7 @@ func (s *Store) checkBatched(ctx context.Context, now time.Time, items []tokenli
 	}
 	j := jobPool.Get().(*batchJob)
 	j.ctx, j.now, j.items, j.results = ctx, now, items, results
+	j.detach()
 	b.queue = append(b.queue, j)
 	b.mu.Unlock()
 	return j.wait()
@@ -124,8 +151,8 @@ func (j *batchJob) wait() (time.Time, error) {
 		<-j.done
 	}
 	at, err := j.at, j.err
-	*j = batchJob{done: j.done}
-	jobPool.Put(j)
+	copy(j.out, j.results)
+	j.release()
 	return at, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,12 @@ import (
 type laneJob interface {
 	call() *queuedCall
 	size() int // items, which bound a batch
+	// detach makes the job hold copies of what its caller owns (the
+	// request's slices, its results), so that a lane touches nothing of
+	// the caller's after the caller gave up and returned.
+	detach()
+	// deliver copies a detached job's results to its caller's.
+	deliver()
 }
 
 // queuedCall is the part every queued job has. err is its outcome's error;
@@ -61,10 +68,12 @@ func (l *lane[J]) do(j J) error {
 		return nil
 	}
 	c.done = make(chan struct{})
+	j.detach()
 	l.queue = append(l.queue, j)
 	l.mu.Unlock()
 	select {
 	case <-c.done:
+		j.deliver()
 		return nil
 	case <-c.ctx.Done():
 		return fmt.Errorf("redisstore: %s: %w", l.op, context.Cause(c.ctx))
@@ -144,11 +153,19 @@ type reserveJob struct {
 	queuedCall
 	req     tokenlimit.ReserveRequest
 	results []tokenlimit.Result
-	out     tokenlimit.ReserveOutcome
+	outcome tokenlimit.ReserveOutcome
+	out     []tokenlimit.Result // a detached job's caller's results
 }
 
 func (j *reserveJob) call() *queuedCall { return &j.queuedCall }
 func (j *reserveJob) size() int         { return len(j.req.Items) }
+
+func (j *reserveJob) detach() {
+	j.req.Items, j.req.Rules = slices.Clone(j.req.Items), slices.Clone(j.req.Rules)
+	j.out, j.results = j.results, make([]tokenlimit.Result, len(j.results))
+}
+
+func (j *reserveJob) deliver() { copy(j.out, j.results) }
 
 // settleJob is one queued settlement.
 type settleJob struct {
@@ -159,6 +176,15 @@ type settleJob struct {
 
 func (j *settleJob) call() *queuedCall { return &j.queuedCall }
 func (j *settleJob) size() int         { return 1 }
+
+func (j *settleJob) detach() {
+	if j.req.Spend != nil {
+		spend := *j.req.Spend
+		j.req.Spend = &spend
+	}
+}
+
+func (j *settleJob) deliver() {}
 
 // recordLanes are a store's lanes of reservations and settlements.
 type recordLanes struct {
@@ -179,7 +205,7 @@ func (s *Store) reserveBatched(ctx context.Context, now time.Time, req tokenlimi
 	if err := s.records.reserves.do(j); err != nil {
 		return tokenlimit.ReserveOutcome{}, err
 	}
-	return j.out, j.err
+	return j.outcome, j.err
 }
 
 // settleBatched makes a settlement through the store's lane.
@@ -199,7 +225,7 @@ func (s *Store) reserveAlone(j *reserveJob) {
 		j.err = s.reserveMany(j.ctx, []*reserveJob{j})
 		return
 	}
-	j.out, j.err = s.reserveAt(j.ctx, j.now, s.caller, s.RecordKey(j.req.ID), j.req.Digest(), j.req.TTL, j.req.Items, rulesOf(j.req), j.results)
+	j.outcome, j.err = s.reserveAt(j.ctx, j.now, s.caller, s.RecordKey(j.req.ID), j.req.Digest(), j.req.TTL, j.req.Items, rulesOf(j.req), j.results)
 }
 
 // settleAlone is reserveAlone's counterpart for a settlement.
@@ -253,7 +279,7 @@ func (s *Store) reserveMany(ctx context.Context, jobs []*reserveJob) error {
 			return fmt.Errorf("redisstore: reserve batch: reply of %d values ends before the reply of reservation %q", len(reply), j.req.ID)
 		}
 		n := int(reply[r])
-		if j.out, j.err = reserveOutcome(j.req.Items, j.results, reply[r+1:r+1+n]); j.err != nil {
+		if j.outcome, j.err = reserveOutcome(j.req.Items, j.results, reply[r+1:r+1+n]); j.err != nil {
 			return j.err
 		}
 		r += 1 + n
