@@ -81,10 +81,10 @@ type builder struct {
 	// type, or unreadable): no second error is reported about them or what
 	// they hold, such as that they are missing.
 	wrongAt map[string]bool
-	// unknownIn holds the paths of the mappings with an unknown field: a
-	// misspelt field is missing under its right name too, and saying so
-	// (or that an empty algorithm is unknown) would only bury the typo.
-	unknownIn map[string]bool
+	// misspelt holds the paths of fields given under a misspelt name (an
+	// unknown field is near theirs): saying that they are missing (or that
+	// an empty algorithm is unknown) would only bury the typo.
+	misspelt map[string]bool
 }
 
 // lineError is one error and the line it is about, which orders errors.
@@ -300,6 +300,9 @@ func (b *builder) build(raw *rawFile) *Config {
 	return cfg
 }
 
+// algorithmNames lists, for errors, the algorithms a limit can name.
+const algorithmNames = "fixed_window, sliding_log, sliding_counter, token_bucket, gcra, concurrency"
+
 func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	before := len(b.errs)
 	l := Limit{Name: r.Name, Key: r.Key, Shadow: r.Shadow, FailOpen: true, FailOpenShare: 1}
@@ -321,10 +324,12 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	usd := b.unit(path, r)
 	if r.Algorithm == "concurrency" {
 		b.concurrency(path, r, &l)
-	} else if r.Algorithm == "" && b.unknownIn[pathString(path)] {
+	} else if r.Algorithm == "" && b.misspelt[pathString(at(path, "algorithm"))] {
 		// The unknown field is most likely the algorithm, misspelt.
+	} else if r.Algorithm == "" {
+		b.fail(at(path, "algorithm"), "missing: want one of %s", algorithmNames)
 	} else if alg, err := tokenlimit.ParseAlgorithm(r.Algorithm); err != nil {
-		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_counter, token_bucket, gcra, concurrency)", r.Algorithm)
+		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of %s)", r.Algorithm, algorithmNames)
 	} else {
 		l.Limit = b.params(path, alg, b.rawParams(path, usd, r.Limit, &r.Capacity, r.Refill, r.Rate, &r.MaxBurst))
 		if r.Lease != "" {
@@ -495,7 +500,7 @@ func (b *builder) params(path []any, alg tokenlimit.Algorithm, p rawParams) toke
 	}
 	for _, f := range []string{"limit", "capacity", "refill", "rate", "max_burst"} {
 		switch wanted := slices.Contains(want, f); {
-		case wanted && !given[f] && !b.unknownIn[pathString(path)]:
+		case wanted && !given[f] && !b.misspelt[pathString(at(path, f))]:
 			b.fail(at(path, f), "%s needs %s", alg, strings.Join(want, " and "))
 		case !wanted && given[f]:
 			b.fail(at(path, f), "%s takes %s, not %s", alg, strings.Join(want, " and "), f)
@@ -573,7 +578,7 @@ type rawWeightedCost struct {
 func (b *builder) weightedCost(path []any, n *yaml.Node) Cost {
 	var raw rawWeightedCost
 	b.decode(path, n, &raw)
-	if raw.By == "" && !b.unknownIn[pathString(path)] {
+	if raw.By == "" && !b.misspelt[pathString(at(path, "by"))] {
 		b.fail(at(path, "by"), "name the descriptor whose value picks the weight, such as route or model")
 	}
 	for _, v := range b.keysInOrder(at(path, "weights")) {

@@ -228,7 +228,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	if len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", source)
 	}
-	b := builder{source: source, doc: doc.Content[0], wrongAt: map[string]bool{}, unknownIn: map[string]bool{}}
+	b := builder{source: source, doc: doc.Content[0], wrongAt: map[string]bool{}, misspelt: map[string]bool{}}
 	var raw rawFile
 	b.decode(nil, b.doc, &raw)
 	cfg := b.build(&raw)

@@ -181,8 +181,8 @@ func mergeSources(n *yaml.Node) []*yaml.Node {
 // unknownField reports a field the mapping at path does not have, with the
 // known field nearest to it, or the list of them when none is near.
 func (b *builder) unknownField(path []any, key *yaml.Node, known []string) {
-	b.unknownIn[pathString(path)] = true
 	if near := nearest(key.Value, known); near != "" {
+		b.misspelt[pathString(at(path, near))] = true
 		b.failAt(key, at(path, key.Value), "unknown field (did you mean %s?)", near)
 		return
 	}

@@ -35,7 +35,7 @@ func ParseLimits(data []byte, field string) ([]Limit, error) {
 		doc: &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{
 			{Kind: yaml.ScalarNode, Value: field}, doc.Content[0],
 		}},
-		wrongAt: map[string]bool{}, unknownIn: map[string]bool{},
+		wrongAt: map[string]bool{}, misspelt: map[string]bool{},
 	}
 	var raw []rawLimit
 	b.decode([]any{field}, doc.Content[0], &raw)
