@@ -66,12 +66,23 @@ type benchTally struct {
 	mu                      sync.Mutex
 	latencies               []time.Duration
 	seen                    int
+	firstErr                error // the first failure, as it was; nil while none failed
 }
 
+// record counts one answer: a 200 is allowed, a 429 denied, any other
+// status or an error failed (and only a decision's latency is kept).
 func (b *benchTally) record(status int, took time.Duration, err error) {
+	if err == nil && status != http.StatusOK && status != http.StatusTooManyRequests {
+		err = fmt.Errorf("HTTP %d %s", status, http.StatusText(status))
+	}
 	switch {
-	case err != nil || (status != http.StatusOK && status != http.StatusTooManyRequests):
+	case err != nil:
 		b.failed.Add(1)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.firstErr == nil {
+			b.firstErr = err
+		}
 		return
 	case status == http.StatusOK:
 		b.allowed.Add(1)
@@ -88,7 +99,15 @@ func (b *benchTally) record(status int, took time.Duration, err error) {
 	}
 }
 
-func (b *benchTally) total() int64 { return b.allowed.Load() + b.denied.Load() + b.failed.Load() }
+// decisions counts the answers that were a decision: allowed or denied.
+func (b *benchTally) decisions() int64 { return b.allowed.Load() + b.denied.Load() }
+
+// failure is the first failure, nil while none failed.
+func (b *benchTally) failure() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.firstErr
+}
 
 // runBench loads the server and writes the summary to out, drawing a
 // progress bar when tty (out is a terminal: the bar redraws its line with
@@ -134,9 +153,16 @@ func runBench(ctx context.Context, f benchFlags, out io.Writer, tty bool) error 
 		<-ctx.Done()
 	}
 	wg.Wait()
+	if tty { // the bar's last drawing counts every answer, as the summary does
+		drawBar(out, time.Since(start), f.duration, &tally)
+		fmt.Fprintln(out)
+	}
 	summarize(out, time.Since(start), &tally)
-	if tally.total() == 0 || tally.failed.Load() == tally.total() {
-		return fmt.Errorf("no request to %s succeeded", url)
+	if tally.decisions() == 0 {
+		if err := tally.failure(); err != nil {
+			return fmt.Errorf("no request to %s was decided: %w", url, err)
+		}
+		return fmt.Errorf("no request to %s was decided", url)
 	}
 	return nil
 }
@@ -171,17 +197,21 @@ func progress(ctx context.Context, out io.Writer, start time.Time, d time.Durati
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		elapsed := time.Since(start)
-		done := int(min(1, elapsed.Seconds()/d.Seconds()) * 30)
-		fmt.Fprintf(out, "\r[%s%s] %5.1fs  %d requests  %.0f/s", strings.Repeat("#", done), strings.Repeat(".", 30-done),
-			elapsed.Seconds(), t.total(), float64(t.total())/max(elapsed.Seconds(), 1e-3))
+		drawBar(out, time.Since(start), d, t)
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(out)
 			return
 		case <-tick.C:
 		}
 	}
+}
+
+// drawBar redraws the progress bar's line, elapsed into a run of d:
+// decisions/s so far, allowed, denied and failed.
+func drawBar(out io.Writer, elapsed, d time.Duration, t *benchTally) {
+	done := int(min(1, elapsed.Seconds()/d.Seconds()) * 30)
+	fmt.Fprintf(out, "\r[%s%s] %5.1fs  %.0f decisions/s  allowed %d  denied %d  failed %d", strings.Repeat("#", done), strings.Repeat(".", 30-done),
+		elapsed.Seconds(), float64(t.decisions())/max(elapsed.Seconds(), 1e-3), t.allowed.Load(), t.denied.Load(), t.failed.Load())
 }
 
 func summarize(out io.Writer, took time.Duration, t *benchTally) {
@@ -193,8 +223,11 @@ func summarize(out io.Writer, took time.Duration, t *benchTally) {
 		}
 		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
-	fmt.Fprintf(out, "%d requests in %s: %.0f decisions/s\n", t.total(), took.Round(time.Millisecond), float64(t.total())/took.Seconds())
+	fmt.Fprintf(out, "%d decisions in %s: %.0f decisions/s\n", t.decisions(), took.Round(time.Millisecond), float64(t.decisions())/took.Seconds())
 	fmt.Fprintf(out, "allowed %d, denied %d, failed %d\n", t.allowed.Load(), t.denied.Load(), t.failed.Load())
+	if err := t.failure(); err != nil {
+		fmt.Fprintf(out, "first failure: %v\n", err)
+	}
 	fmt.Fprintf(out, "latency p50 %s, p90 %s, p99 %s, max %s\n", pct(0.5), pct(0.9), pct(0.99), pct(1))
 }
 

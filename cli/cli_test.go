@@ -367,16 +367,48 @@ func TestBenchLoadsAServerAndSummarizes(t *testing.T) {
 	if err := runBench(context.Background(), f, &out, true); err != nil {
 		t.Fatalf("bench on a terminal: %v", err)
 	}
-	if !strings.HasPrefix(out.String(), "\r[...") {
+	if !strings.HasPrefix(out.String(), "\r[") {
 		t.Errorf("bench output on a terminal lacks the progress bar:\n%q", out.String())
+	}
+	// The bar counts allowed and denied answers as they come; its last
+	// drawing agrees with the summary.
+	bars := strings.Split(strings.SplitN(out.String(), "\n", 2)[0], "\r")
+	var allowed, denied, failed int
+	if _, err := fmt.Sscanf(bars[len(bars)-1][strings.Index(bars[len(bars)-1], "allowed"):], "allowed %d  denied %d  failed %d", &allowed, &denied, &failed); err != nil {
+		t.Fatalf("the progress bar's last drawing %q: %v", bars[len(bars)-1], err)
+	}
+	if summary := fmt.Sprintf("allowed %d, denied %d, failed %d", allowed, denied, failed); !strings.Contains(out.String(), summary) || allowed+denied == 0 {
+		t.Errorf("the progress bar ends at %q, want the summary's counts, some decided:\n%s", summary, out.String())
 	}
 	for _, args := range [][]string{{"bench", "--duration", "0s"}, {"bench", "--concurrency", "0"}, {"bench", "--users", "0"}} {
 		if err := Run(context.Background(), args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), args[1]) {
 			t.Errorf("%v: %v, want an error naming %s", args, err, args[1])
 		}
 	}
-	if err := Run(context.Background(), []string{"bench", "--server", "http://127.0.0.1:1", "--duration", "200ms", "--concurrency", "1"}, io.Discard, io.Discard); err == nil {
-		t.Error("bench against nothing succeeded")
+}
+
+// Against a server that does not answer, bench reports no decisions, not
+// its failed attempts, and says why they failed.
+func TestBenchAgainstNothingReportsTheError(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: every connection is refused
+	var out bytes.Buffer
+	err = Run(context.Background(), []string{"bench", "--server", "http://" + addr, "--duration", "200ms", "--concurrency", "1"}, &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("bench against nothing: %v, want an error saying the connection was refused", err)
+	}
+	for _, want := range []string{"0 decisions in ", ": 0 decisions/s", "allowed 0, denied 0, failed ", "first failure: ", "connection refused"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "failed 0\n") {
+		t.Errorf("bench against nothing counted no failure:\n%s", out.String())
 	}
 }
 

@@ -119,6 +119,7 @@ func exercise(t *testing.T, start func(t *testing.T, ports map[string]string)) {
 	startUpstream(t, ports[upstreamAddr])
 	start(t, ports)
 	waitListening(t, ports[gatewayAddr])
+	loopbackOnly(t, ports[gatewayAddr])
 
 	// Allowed: the API's answer, with tokenlimit's headers. The client's
 	// route, cost and address headers change nothing: the embedding costs 3
@@ -354,6 +355,38 @@ func startProcess(t *testing.T, bin string, args ...string) {
 			t.Logf("%s output:\n%s", filepath.Base(bin), out.String())
 		}
 	})
+}
+
+// loopbackOnly fails the test when the gateway listening on addr (a
+// 127.0.0.1 address) also accepts connections on another address: a
+// listener bound to 127.0.0.1 refuses 127.0.0.2, one on every interface
+// (*:port) accepts it.
+func loopbackOnly(t *testing.T, addr string) {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.2", port), 5*time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the gateway listening on %s accepts connections on 127.0.0.2 too: it listens on every interface, not on 127.0.0.1 alone", addr)
+	}
+}
+
+// The Caddyfile is as `caddy fmt` writes it.
+func TestCaddyfileIsFormatted(t *testing.T) {
+	caddy := binary(t, "caddy", "/usr/bin/caddy")
+	formatted, err := exec.Command(caddy, "fmt", "Caddyfile").Output()
+	if err != nil {
+		t.Fatalf("caddy fmt Caddyfile: %v", err)
+	}
+	file, err := os.ReadFile("Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(formatted, file) {
+		t.Errorf("Caddyfile is not as caddy fmt writes it: run caddy fmt --overwrite examples/gateways/Caddyfile")
+	}
 }
 
 // waitListening waits until something accepts connections on addr.
