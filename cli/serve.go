@@ -59,7 +59,7 @@ func (f logFlags) logger(out io.Writer) (*slog.Logger, error) {
 }
 
 func (f *storeFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica; empty: the embedded store")
+	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica (default $TOKENLIMIT_REDIS_URL; empty: the embedded store)")
 	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
 }
@@ -308,11 +308,15 @@ func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Se
 	return svc, reg, closeStore, nil
 }
 
-// openStore returns the embedded store, or a Redis store through rueidis
+// openStore returns the embedded store, or (--redis, else
+// $TOKENLIMIT_REDIS_URL) a Redis store through rueidis
 // (see docs/dependencies.md for why rueidis) that connects in the
 // background: an unreachable Redis does not keep the process from starting.
 // The store describes itself (tokenlimit.Describe).
 func openStore(f storeFlags, log *slog.Logger) (tokenlimit.Store, func(), error) {
+	if f.redis == "" { // read here, not as the flag's default: the URL may hold a password, which --help would print
+		f.redis = os.Getenv("TOKENLIMIT_REDIS_URL")
+	}
 	if f.redis == "" {
 		st, err := memstore.New(memstore.Options{MaxKeys: f.maxKeys})
 		if err != nil {
