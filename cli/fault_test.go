@@ -122,10 +122,12 @@ func (r *replica) warm(t *testing.T) {
 }
 
 // rueidisWires is how many connections serve's Redis client (rueidis
-// v1.0.79, on a single server) pipelines over, as observed: each call takes
-// one at random, and one whose call timed out is closed and dialed again
-// when next taken.
-const rueidisWires = 2
+// v1.0.79, on a single server) holds, as observed: two that calls are
+// pipelined over (each call takes one at random, and one whose call timed
+// out is closed and dialed again when next taken), and the one the quota
+// plane follows its writes on (a blocking XREAD, redialed a second after
+// it fails).
+const rueidisWires = 3
 
 // connectAll resets the replica's connections to Redis and makes calls
 // until the client has dialed all of them again, so that a call made while

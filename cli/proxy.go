@@ -112,7 +112,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, reg, closeStore, err := newService(cfg, f.storeFlags, log)
+	svc, _, reg, closeStore, err := newService(cfg, f.storeFlags, log)
 	if err != nil {
 		return err
 	}

@@ -144,10 +144,25 @@ func (c *redisConn) current() (*redisstore.Store, error) {
 	if c.store != nil {
 		return c.store, nil
 	}
+	return nil, c.notConnected()
+}
+
+// notConnected says why there is no client yet. Called with c.mu held.
+func (c *redisConn) notConnected() error {
 	if c.lastErr != nil {
-		return nil, fmt.Errorf("redis %s: %w: %w", c.addrs, errNotConnected, c.lastErr)
+		return fmt.Errorf("redis %s: %w: %w", c.addrs, errNotConnected, c.lastErr)
 	}
-	return nil, fmt.Errorf("redis %s: %w", c.addrs, errNotConnected)
+	return fmt.Errorf("redis %s: %w", c.addrs, errNotConnected)
+}
+
+// rueidis returns the client, or an error saying why there is none yet.
+func (c *redisConn) rueidis() (rueidis.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client != nil {
+		return c.client, nil
+	}
+	return nil, c.notConnected()
 }
 
 // close stops dialing and closes the client. Calls after it fail.

@@ -25,6 +25,8 @@ import (
 	"github.com/tokenlimit/tokenlimit/internal/gcfloor"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/plane/redisplane"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -36,6 +38,7 @@ type storeFlags struct {
 	redis        string
 	storeTimeout time.Duration
 	maxKeys      int
+	dataDir      string
 }
 
 // logFlags choose what is logged and how; serve and proxy share them.
@@ -62,6 +65,7 @@ func (f *storeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica (default $TOKENLIMIT_REDIS_URL; empty: the embedded store)")
 	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory where the embedded store keeps the quota plane's teams and keys (empty: in memory only; with --redis they live in Redis)")
 }
 
 // validate refuses values that cannot work, naming the flag: a timeout or
@@ -174,7 +178,7 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, reg, closeStore, err := newService(cfg, f.storeFlags, log)
+	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, log)
 	if err != nil {
 		return err
 	}
@@ -185,7 +189,7 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard,
+		AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {
@@ -290,22 +294,61 @@ func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 // newService opens the store and builds the service on it, with a metrics
 // registry holding the service's metrics and Go's. Call the returned
 // function to close the store.
-func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *prometheus.Registry, func(), error) {
+func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *plane.Plane, *prometheus.Registry, func(), error) {
 	store, closeStore, err := openStore(f, log)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	var svc *service.Service
+	pl, closePlane, err := openPlane(f, store, func(name string) bool { return svc.KnownPlan(name) }, log)
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := service.New(cfg, service.Options{
+	svc, err = service.New(cfg, service.Options{
 		Store: store, StoreTimeout: f.storeTimeout,
-		Registerer: reg, Logger: log,
+		Registerer: reg, Logger: log, Plane: pl,
 	})
 	if err != nil {
+		closePlane()
 		closeStore()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return svc, reg, closeStore, nil
+	return svc, pl, reg, func() { closePlane(); closeStore() }, nil
+}
+
+// openPlane opens the quota plane where the budgets are: in Redis beside
+// them, else in --data-dir (durable), else in memory; it follows the
+// plane's writes until the returned close.
+func openPlane(f storeFlags, store tokenlimit.Store, knownPlan func(string) bool, log *slog.Logger) (*plane.Plane, func(), error) {
+	var ps plane.Store
+	closeFile := func() {}
+	switch {
+	case f.redis != "" && f.dataDir != "":
+		return nil, nil, fmt.Errorf("--data-dir: with --redis the plane lives in Redis; give one: %w", errUsage)
+	case f.redis != "":
+		ps = redisplane.New(store.(*redisConn).rueidis, redisplane.Options{})
+	case f.dataDir != "":
+		fs, err := plane.OpenFileStore(f.dataDir, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--data-dir: %w", err)
+		}
+		ps, closeFile = fs, func() { fs.Close() }
+	default:
+		ps = plane.NewMemoryStore()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pl, err := plane.Open(ctx, ps, plane.Options{KnownPlan: knownPlan, Logger: log})
+	if err != nil {
+		cancel()
+		closeFile()
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); pl.Run(ctx) }()
+	return pl, func() { cancel(); <-done; closeFile() }, nil
 }
 
 // openStore returns the embedded store, or (--redis, else

@@ -220,7 +220,7 @@ func (s *FileStore) write(kind Kind, id string, ifVersion int64, data []byte) (i
 
 // Watch implements Store: no other process writes the records, so it
 // waits for ctx to end.
-func (s *FileStore) Watch(ctx context.Context, _ int64, _ func([]Record, bool)) error {
+func (s *FileStore) Watch(ctx context.Context, seq int64, _ func([]Record, bool)) (int64, error) {
 	<-ctx.Done()
-	return nil
+	return seq, nil
 }

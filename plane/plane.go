@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -50,7 +49,9 @@ type Plane struct {
 	// included, so that a write seen twice (made here, then watched) or
 	// late is applied once, in order.
 	versions map[string]int64
-	seq      atomic.Int64 // the highest version applied
+	// watched is the sequence number up to which the store's writes have
+	// been followed (Load, then Watch); -1 before a Load succeeded.
+	watched int64
 }
 
 // Open loads the records of store into a new Plane. Run keeps them
@@ -65,25 +66,42 @@ func Open(ctx context.Context, store Store, opts Options) (*Plane, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Plane{store: store, opts: opts, versions: map[string]int64{}}
-	recs, seq, err := store.Load(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("plane: loading the records: %w", err)
+	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1}
+	if err := p.load(ctx); err != nil {
+		// Run loads once the store answers; until then the plane is empty.
+		p.opts.Logger.Warn("plane: loading the records failed; retrying in the background", "error", err)
 	}
-	p.apply(recs, true)
-	p.seq.Store(max(p.seq.Load(), seq))
 	return p, nil
 }
 
-// Run follows the store's writes made elsewhere until ctx ends, retrying
-// after a store error once a second.
+func (p *Plane) load(ctx context.Context) error {
+	recs, seq, err := p.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("plane: loading the records: %w", err)
+	}
+	p.apply(recs, true)
+	p.watched = seq
+	return nil
+}
+
+// Run loads the records if Open could not, then follows the store's
+// writes made elsewhere, until ctx ends; it retries a second after a store
+// error. Call it once.
 func (p *Plane) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := p.store.Watch(ctx, p.seq.Load(), p.apply)
-		if err == nil || ctx.Err() != nil {
+		var err error
+		if p.watched < 0 {
+			err = p.load(ctx)
+		} else {
+			p.watched, err = p.store.Watch(ctx, p.watched, p.apply)
+		}
+		if err == nil && p.watched >= 0 {
+			continue
+		}
+		if ctx.Err() != nil {
 			return
 		}
-		p.opts.Logger.Warn("plane: following the store's changes failed; retrying", "error", err)
+		p.opts.Logger.Warn("plane: following the store's writes failed; retrying", "error", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -129,9 +147,6 @@ func (p *Plane) applyOne(r Record) {
 		return
 	}
 	p.versions[rid] = r.Version
-	if r.Version > p.seq.Load() {
-		p.seq.Store(r.Version)
-	}
 	p.forget(r.Kind, r.ID)
 	if r.Data == nil {
 		return

@@ -33,10 +33,12 @@ type Store interface {
 	// if it is absent, ErrConflict if its version differs.
 	Delete(ctx context.Context, kind Kind, id string, ifVersion int64) (int64, error)
 	// Watch calls apply with the writes made after seq, in order, as
-	// they happen, until ctx ends (then it returns nil). A deletion is a
-	// record without data. When the writes cannot be followed (the log
-	// was trimmed past seq, or the store lost its data), it calls apply
-	// with every record and full set: they replace all records. A store
-	// only one process writes (the embedded one) never calls apply.
-	Watch(ctx context.Context, seq int64, apply func(records []Record, full bool)) error
+	// they happen, until ctx ends (then it returns a nil error). A
+	// deletion is a record without data. When the writes cannot be
+	// followed (the log was trimmed past seq, or the store lost its data),
+	// it calls apply with every record and full set: they replace all
+	// records. It returns the sequence number it reached, to resume from
+	// after an error. A store only one process writes (the embedded one)
+	// never calls apply.
+	Watch(ctx context.Context, seq int64, apply func(records []Record, full bool)) (int64, error)
 }

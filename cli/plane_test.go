@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// childArgs, in the environment, makes the test binary run the command
+// line it holds (separated by US, 0x1f) instead of the tests: a real process to
+// kill.
+const childArgs = "TOKENLIMIT_TEST_CHILD_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(childArgs); args != "" {
+		if err := Run(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child runs a command line of this binary as a process of its own and
+// returns its HTTP address, once it logs it.
+func child(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\x1f"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving HTTP" {
+				addr <- rec.Addr
+			}
+		}
+		close(addr)
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			t.Fatal("the server stopped before serving HTTP")
+		}
+		return cmd, "http://" + a
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not serve HTTP within 30 s")
+	}
+	return nil, ""
+}
+
+func call(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer secret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	var v map[string]any
+	json.Unmarshal(data, &v)
+	return res.StatusCode, v
+}
+
+// TestPlaneSurvivesKill9: every admin write answered 2xx is there after
+// the process is killed with SIGKILL right after the answer.
+func TestPlaneSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret", "--data-dir", dir}
+	cmd, base := child(t, args...)
+	if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated {
+		t.Fatalf("POST teams: %d %v", code, body)
+	}
+	secrets := map[string]string{}
+	for i := range 20 {
+		code, body := call(t, http.MethodPost, base+"/v1/admin/keys", fmt.Sprintf(`{"name": "k%d", "team": "acme"}`, i))
+		if code != http.StatusCreated {
+			t.Fatalf("POST keys: %d %v", code, body)
+		}
+		secrets[body["id"].(string)] = body["secret"].(string)
+	}
+	var revoked string
+	for id := range secrets {
+		revoked = id
+		break
+	}
+	if code, _ := call(t, http.MethodDelete, base+"/v1/admin/keys/"+revoked, ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", code)
+	}
+	cmd.Process.Kill() // SIGKILL, right after the last 2xx
+	cmd.Wait()
+
+	_, base = child(t, args...)
+	for id, secret := range secrets {
+		code, _ := call(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`)
+		if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusOK}[id == revoked]; code != want {
+			t.Errorf("key %s after kill -9: check %d, want %d", id, code, want)
+		}
+	}
+	data, err := os.ReadFile(dir + "/plane.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range secrets {
+		if strings.Contains(string(data), secret) || strings.Contains(string(data), secret[3:]) {
+			t.Fatal("the data dir holds a secret")
+		}
+	}
+}
