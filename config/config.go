@@ -12,9 +12,7 @@
 package config
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
@@ -241,12 +239,12 @@ func Parse(data []byte, source string) (*Config, error) {
 
 var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
 
-// yamlError rewrites a YAML syntax error as file:line: reason. The parser's
-// "did not find expected ..." errors count lines from 0; they are shifted.
+// yamlError rewrites a YAML syntax error as file:line: reason. A file that
+// does not parse has no node tree to take a position from, and yaml.v3 gives
+// a syntax error only as the text "yaml: line N: reason", so this one error
+// is read from its text. The parser's "did not find expected ..." errors
+// count lines from 0; they are shifted.
 func yamlError(source string, err error) error {
-	if errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: the file is empty", source)
-	}
 	m := yamlLine.FindStringSubmatch(err.Error())
 	if m == nil {
 		return fmt.Errorf("%s: %s", source, strings.TrimPrefix(err.Error(), "yaml: "))
