@@ -62,8 +62,10 @@ func validateCommand() *cobra.Command {
 }
 
 // countErrors puts "FILE: N errors:" on a line of its own above several
-// errors (one a line, each naming its file and line), so that each starts
-// a line whatever is written before the first; one error stays as it is.
+// errors of a configuration file (one a line, each naming its file and
+// line), so that each starts a line whatever is written before the first
+// (main's "tokenlimit: "); one error stays as it is. validate, serve and
+// proxy report a bad file this way.
 func countErrors(path string, err error) error {
 	var list interface{ Unwrap() []error }
 	if !errors.As(err, &list) || len(list.Unwrap()) < 2 {

@@ -90,6 +90,33 @@ func TestConfigDocValidateOutput(t *testing.T) {
 	}
 }
 
+// A file with several errors reads, at start and on reload as in validate,
+// as a count on a line of its own and then one error a line; one error
+// stays one line.
+func TestConfigFileErrorsCounted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	two := filepath.Join(dir, "two.yaml")
+	one := filepath.Join(dir, "one.yaml")
+	for path, content := range map[string]string{
+		two: "limits:\n  - name: Bad\n    algorithm: fixed_window\n    limit: fast\n",
+		one: "limits:\n  - name: bad\n    algorithm: fixed_window\n    limit: fast\n",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := (&configFile{path: two}).load()
+	want := two + ": 2 errors:\n" + two + ":2: limits[0].name: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Count(err.Error(), "\n") != 2 {
+		t.Errorf("load of a file with two errors: %v, want it to start %q and hold three lines", err, want)
+	}
+	_, err = (&configFile{path: one}).load()
+	if want := one + ":4: limits[0].limit: "; err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("load of a file with one error: %v, want one line starting %q", err, want)
+	}
+}
+
 func TestBadFlagsNameTheFlag(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

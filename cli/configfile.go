@@ -33,7 +33,10 @@ func (c *configFile) load() (*config.Config, error) {
 	}
 	c.last = sha256.Sum256(data)
 	cfg, err := config.Parse(data, c.path)
-	return cfg, envoyHint(c.path, err)
+	if err != nil {
+		return nil, envoyHint(c.path, countErrors(c.path, err))
+	}
+	return cfg, nil
 }
 
 // changed reports whether the file's content differs from what load read
