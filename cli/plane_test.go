@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -130,5 +131,39 @@ func TestPlaneSurvivesKill9(t *testing.T) {
 		if strings.Contains(string(data), secret) || strings.Contains(string(data), secret[3:]) {
 			t.Fatal("the data dir holds a secret")
 		}
+	}
+}
+
+// TestProxyServesThePlane: the proxy manages the plane as serve does.
+func TestProxyServesThePlane(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := newSyncBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"proxy", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+			"--admin-token", "secret"}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	base := "http://" + logs.addr(t, "proxying")
+	keepLines(logs)
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("proxy: %v", err)
+		}
+	}()
+	if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated || body["id"] != "acme" {
+		t.Fatalf("POST teams through the proxy: %d %v", code, body)
+	}
+	code, body := call(t, http.MethodPost, base+"/v1/admin/keys", `{"name": "k", "team": "acme"}`)
+	if code != http.StatusCreated || body["secret"] == nil {
+		t.Fatalf("POST keys through the proxy: %d %v", code, body)
+	}
+	if code, body := call(t, http.MethodGet, base+"/v1/admin/keys/"+body["id"].(string)+"/usage", ""); code != http.StatusOK {
+		t.Fatalf("usage through the proxy: %d %v", code, body)
+	}
+	if code, _ := call(t, http.MethodGet, base+"/v1/admin/nothing", ""); code != http.StatusNotFound {
+		t.Fatalf("an unknown admin path: %d, want 404 (never forwarded upstream)", code)
 	}
 }

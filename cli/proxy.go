@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -37,6 +38,8 @@ type proxyFlags struct {
 	maxResponseBytes int64
 	upstreamTimeout  time.Duration
 	reloadEvery      time.Duration
+	adminToken       string
+	adminAnywhere    bool
 }
 
 // proxyCommand is `tokenlimit proxy`: the OpenAI-compatible LLM proxy.
@@ -74,6 +77,8 @@ docs/proxy.md walks through it.`,
 	fl.Int64Var(&f.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest plain response buffered to read its usage; a larger one streams through and settles at the estimate")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
+	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for the quota plane's /v1/admin/teams and /v1/admin/keys (default $TOKENLIMIT_ADMIN_TOKEN; empty: they answer 403)")
+	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	return cmd
 }
 
@@ -112,7 +117,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, _, reg, closeStore, err := newService(cfg, f.storeFlags, log)
+	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, log)
 	if err != nil {
 		return err
 	}
@@ -137,7 +142,28 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	f.upstream = upstream.Redacted() // for the log: no password
-	return serveProxy(ctx, log, f, file, svc, p, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
+		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
+	}
+	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(f.adminToken, f.adminAnywhere), Who: "admin", Log: log, MaxBody: f.maxBodyBytes}
+	return serveProxy(ctx, log, f, file, svc, withAdmin(p, admin), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+// withAdmin serves the quota plane's admin routes beside the proxy, and
+// answers 404 for any other path under /v1/admin/ rather than forwarding it
+// upstream.
+func withAdmin(p http.Handler, admin httpx.PlaneAdmin) http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range admin.Routes() {
+		for _, m := range r.Methods {
+			mux.Handle(m+" "+r.Path, r.Handler)
+		}
+	}
+	mux.HandleFunc("/v1/admin/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, &httpx.Error{Status: http.StatusNotFound, Field: "path", Message: "no admin endpoint " + r.Method + " " + r.URL.Path + "; see docs/api.md"})
+	})
+	mux.Handle("/", p)
+	return mux
 }
 
 // parseUpstream reads the base URL of an upstream API given with flag.
