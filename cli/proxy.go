@@ -36,6 +36,7 @@ type proxyFlags struct {
 	defaultMaxTokens int64
 	maxBodyBytes     int64
 	maxResponseBytes int64
+	maxRetryWait     time.Duration
 	upstreamTimeout  time.Duration
 	reloadEvery      time.Duration
 	adminToken       string
@@ -75,6 +76,7 @@ docs/proxy.md walks through it.`,
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body the proxy reads and counts (413 above)")
 	fl.Int64Var(&f.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest plain response buffered to read its usage; a larger one streams through and settles at the estimate")
+	fl.DurationVar(&f.maxRetryWait, "max-retry-wait", proxy.DefaultMaxRetryWait, "longest wait a 429 asks clients to retry after; a longer one (a used-up daily budget) says not to retry: x-should-retry: false, code insufficient_quota, no retry-after-ms")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for the quota plane's /v1/admin/teams and /v1/admin/keys (default $TOKENLIMIT_ADMIN_TOKEN; empty: they answer 403)")
@@ -90,6 +92,9 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	}
 	if f.config == "" {
 		return fmt.Errorf("--config: a configuration file is required, such as examples/proxy.yaml: %w", errUsage)
+	}
+	if f.maxRetryWait <= 0 {
+		return fmt.Errorf("--max-retry-wait: want a positive duration such as 60s, got %v: %w", f.maxRetryWait, errUsage)
 	}
 	if err := f.storeFlags.validate(f.reloadEvery); err != nil {
 		return err
@@ -136,7 +141,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	p, err := proxy.New(svc, proxy.Options{
 		Upstream: upstream, AnthropicUpstream: anthropic, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
-		Tokenizer: tok, Logger: log, Metrics: metrics,
+		MaxRetryWait: f.maxRetryWait, Tokenizer: tok, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err

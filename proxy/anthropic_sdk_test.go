@@ -23,31 +23,40 @@ import (
 // is the caller in these tests, run by node: testdata/anthropic-sdk/drive.mjs
 // makes one call and prints what the SDK returned or raised.
 
-// sdkResult is what drive.mjs prints.
+// sdkResult is what a drive.mjs prints: the reply, or the error raised,
+// and how long the call took (retries included).
 type sdkResult struct {
 	Text  string `json:"text"`
 	Usage struct {
 		InputTokens  int64 `json:"input_tokens"`
 		OutputTokens int64 `json:"output_tokens"`
 	} `json:"usage"`
-	Class      string  `json:"class"`
-	RateLimit  bool    `json:"rateLimit"`
-	Status     int     `json:"status"`
-	Type       string  `json:"type"`
-	Message    string  `json:"message"`
-	RetryAfter *string `json:"retryAfter"`
+	StopReason   string  `json:"stopReason"`
+	FinishReason string  `json:"finishReason"`
+	Class        string  `json:"class"`
+	RateLimit    bool    `json:"rateLimit"`
+	Status       int     `json:"status"`
+	Type         string  `json:"type"`
+	Code         string  `json:"code"`
+	Message      string  `json:"message"`
+	RetryAfter   *string `json:"retryAfter"`
+	ShouldRetry  *string `json:"shouldRetry"`
+	ElapsedMs    float64 `json:"elapsedMs"`
 }
 
-// anthropicSDK returns the path of drive.mjs once node and the SDK are
-// there; without them the test fails under CI=true and is skipped, loudly,
-// elsewhere.
-func anthropicSDK(t *testing.T) string {
+// defaultRetries runs an SDK with its default retries (2 for both).
+const defaultRetries = -1
+
+// sdkScript returns the path of dir's drive.mjs once node and the SDK
+// (pkg, installed in dir) are there; without them the test fails under
+// CI=true and is skipped, loudly, elsewhere.
+func sdkScript(t *testing.T, dir, pkg string) string {
 	t.Helper()
-	dir, _ := filepath.Abs(filepath.Join("testdata", "anthropic-sdk"))
+	dir, _ = filepath.Abs(filepath.Join("testdata", dir))
 	_, nodeErr := exec.LookPath("node")
-	_, sdkErr := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk", "package.json"))
+	_, sdkErr := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json"))
 	if nodeErr != nil || sdkErr != nil {
-		msg := "node or @anthropic-ai/sdk missing (scripts/test.sh installs them: npm ci in proxy/testdata/anthropic-sdk)"
+		msg := "node or " + pkg + " missing (scripts/test.sh installs them: npm ci in " + dir + ")"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
@@ -56,22 +65,29 @@ func anthropicSDK(t *testing.T) string {
 	return filepath.Join(dir, "drive.mjs")
 }
 
-// runSDK runs one scenario of drive.mjs against e with key.
+// anthropicSDK returns the path of testdata/anthropic-sdk/drive.mjs.
+func anthropicSDK(t *testing.T) string { return sdkScript(t, "anthropic-sdk", "@anthropic-ai/sdk") }
+
+// runSDK runs one scenario of script against e with key, with retries
+// (defaultRetries: the SDK's default).
 func runSDK(t *testing.T, e *env, script, scenario, key string, retries int) sdkResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script, scenario)
-	cmd.Env = append(os.Environ(), "BASE_URL="+e.srv.URL, "API_KEY="+key, "MAX_RETRIES="+strconv.Itoa(retries))
+	cmd.Env = append(os.Environ(), "BASE_URL="+e.srv.URL, "API_KEY="+key, "MAX_RETRIES=")
+	if retries != defaultRetries {
+		cmd.Env = append(cmd.Env, "MAX_RETRIES="+strconv.Itoa(retries))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node drive.mjs %s: %v\n%s", scenario, err, stderr.String())
+		t.Fatalf("node %s %s: %v\n%s", script, scenario, err, stderr.String())
 	}
 	var r sdkResult
 	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("node drive.mjs %s printed %q: %v", scenario, out, err)
+		t.Fatalf("node %s %s printed %q: %v", script, scenario, out, err)
 	}
 	return r
 }

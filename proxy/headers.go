@@ -162,45 +162,63 @@ func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome,
 }
 
 // deny answers 429 for decision d, naming its tightest limit: the body is
-// OpenAI's rate_limit_exceeded error, typed "tokens" or "requests" by what
-// the limit counts; Retry-After is in whole seconds rounded up and
-// retry-after-ms in milliseconds. A request that can never fit its limit
-// gets x-should-retry: false and no Retry-After.
+// OpenAI's rate_limit_exceeded error (Anthropic's rate_limit_error), typed
+// "tokens", "requests" or "usd" by what the limit counts. A wait up to
+// MaxRetryWait is told exactly: Retry-After in whole seconds rounded up and
+// retry-after-ms in milliseconds, which the SDKs sleep before retrying. A
+// longer wait is told not to be waited for (see MaxRetryWait): code
+// insufficient_quota, x-should-retry: false, Retry-After in seconds and the
+// reset time in the message, no retry-after-ms. A request that can never
+// fit its limit gets x-should-retry: false and no Retry-After.
 func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	o, _ := d.Tightest()
 	unit := p.unitOf(o.Name)
 	p.setRateHeaders(w.Header(), c, d)
-	typ := "requests"
-	amount := func(n int64) string { return strconv.FormatInt(n, 10) }
-	switch unit {
-	case service.Tokens:
-		typ = "tokens"
-	case service.USD:
-		typ = "usd"
-		amount = func(n int64) string { return "$" + config.FormatUSD(n) }
-	}
+	typ, amount := denialTerms(unit)
 	wait := ratelimitheader.CeilMillis(o.RetryAfter)
 	if unit == service.InFlight {
 		wait = inFlightRetry
 	}
+	h := w.Header()
+	code, retry := "rate_limit_exceeded", true
 	var msg string
 	switch {
 	case o.CostExceedsLimit:
 		msg = fmt.Sprintf("Request too large for %s on %s: Limit %s, Requested %s. The input or output tokens must be reduced in order to run successfully.",
 			o.Name, typ, amount(o.Limit), amount(o.Cost))
-		w.Header().Set("X-Should-Retry", "false")
+		retry = false
 	case unit == service.InFlight:
 		msg = fmt.Sprintf("Too many requests in flight for %s: Limit %d, In flight %d. Please try again in %s.",
 			o.Name, o.Limit, o.Limit-o.Remaining, wait)
+		h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+	case wait > p.opts.MaxRetryWait:
+		code, retry = "insufficient_quota", false
+		msg = fmt.Sprintf("Quota exceeded for %s on %s: Limit %s, Used %s, Requested %s. It resets in %s, at %s; retrying sooner will not succeed.",
+			o.Name, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait, ratelimitheader.ResetTime(d.At, wait))
 	default:
 		msg = fmt.Sprintf("Rate limit reached for %s on %s: Limit %s, Used %s, Requested %s. Please try again in %s.",
 			o.Name, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait)
+		h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	}
 	if !o.CostExceedsLimit {
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
-		w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+	}
+	if !retry {
+		h.Set("X-Should-Retry", "false")
 	}
 	p.log.Debug("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
-		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait)
-	writeError(w, c.dialect, http.StatusTooManyRequests, typ, "rate_limit_exceeded", msg)
+		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait, "retry", retry)
+	writeError(w, c.dialect, http.StatusTooManyRequests, typ, code, msg)
+}
+
+// denialTerms returns how a 429 names what a limit counting u counts (its
+// error type) and writes an amount of it.
+func denialTerms(u service.Unit) (string, func(int64) string) {
+	switch u {
+	case service.Tokens:
+		return "tokens", func(n int64) string { return strconv.FormatInt(n, 10) }
+	case service.USD:
+		return "usd", func(n int64) string { return "$" + config.FormatUSD(n) }
+	}
+	return "requests", func(n int64) string { return strconv.FormatInt(n, 10) }
 }

@@ -72,6 +72,7 @@ const (
 	DefaultMaxBodyBytes     = 4 << 20
 	DefaultMaxResponseBytes = 16 << 20
 	DefaultSettleTimeout    = 5 * time.Second
+	DefaultMaxRetryWait     = time.Minute
 )
 
 // Options configures a Proxy. Upstream is required; the zero value of every
@@ -116,6 +117,12 @@ type Options struct {
 	// and the rest stream through to the client, and the call settles at
 	// the reserved estimate (Basis AtEstimate). Default 16 MiB.
 	MaxResponseBytes int64
+	// MaxRetryWait is the longest wait a 429 asks clients to retry after.
+	// A denial whose wait is longer (a daily budget used up, an hourly
+	// window) tells them not to retry: x-should-retry: false, no
+	// retry-after-ms, and the provider's quota-exhausted error, so that an
+	// SDK raises at once instead of sleeping for hours. Default 60s.
+	MaxRetryWait time.Duration
 	// SettleTimeout bounds settling a reservation once the call is over.
 	// Default 5s.
 	SettleTimeout time.Duration
@@ -243,6 +250,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.MaxResponseBytes <= 0 {
 		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.MaxRetryWait <= 0 {
+		o.MaxRetryWait = DefaultMaxRetryWait
 	}
 	if o.SettleTimeout <= 0 {
 		o.SettleTimeout = DefaultSettleTimeout

@@ -113,10 +113,11 @@ func TestSpendBudgetDenies(t *testing.T) {
 			t.Fatalf("first call spent %d µ$, want 4,990,000", s.Spend)
 		}
 		e.up.set(func(b *behaviour) { b.Prompt, b.Completion = 31, 9 })
-		// chatPrompt 9 × $2.50/M + 2000 × $10/M = 20022.5 µ$: more than the $0.01 left.
+		// chatPrompt 9 × $2.50/M + 2000 × $10/M = 20022.5 µ$: more than the $0.01
+		// left, until midnight: too long to retry.
 		resp, body := e.post("/v1/chat/completions", alice, `{"model":"gpt-4o","max_tokens":2000,"messages":[{"role":"user","content":"Say hello"}]}`)
 		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body,
-			`"message":"Rate limit reached for spend-per-key on usd: Limit $5.00, Used $4.99, Requested $0.020023. Please try again in `) ||
+			`"message":"Quota exceeded for spend-per-key on usd: Limit $5.00, Used $4.99, Requested $0.020023. It resets in 14h30m0s, at 2026-01-16T00:00:00Z; `) ||
 			resp.Header.Get("X-Ratelimit-Remaining-Usd") != "0.01" {
 			t.Errorf("status %d, body %s, headers %v; want a 429 in dollars", resp.StatusCode, body, resp.Header)
 		}

@@ -39,19 +39,23 @@ for pkg in nginx-light:nginx caddy:caddy; do
 done
 echo "==> $( (command -v nginx >/dev/null && nginx -v || /usr/sbin/nginx -v) 2>&1), caddy $(caddy version)"
 
-# Node and the official Anthropic SDK (pinned in its package-lock.json): the
-# proxy's tests drive the SDK through the proxy (proxy/anthropic_sdk_test.go).
+# Node and the official Anthropic and OpenAI SDKs (each pinned in its
+# package-lock.json): the proxy's tests drive them through the proxy
+# (proxy/anthropic_sdk_test.go, proxy/retry_test.go).
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	echo "==> node or npm not on PATH: installing them (apt-get install nodejs npm)"
 	as_root apt-get update
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm
 fi
-sdk=proxy/testdata/anthropic-sdk
-if [ ! -f "$sdk/node_modules/@anthropic-ai/sdk/package.json" ]; then
-	echo "==> installing the Anthropic SDK for the proxy's tests (npm ci in $sdk)"
-	(cd "$sdk" && npm ci --no-audit --no-fund)
-fi
-echo "==> node $(node --version), @anthropic-ai/sdk $(node -p "require('./$sdk/node_modules/@anthropic-ai/sdk/package.json').version")"
+for sdk in proxy/testdata/anthropic-sdk:@anthropic-ai/sdk proxy/testdata/openai-sdk:openai; do
+	dir="${sdk%%:*}" pkg="${sdk#*:}"
+	if [ ! -f "$dir/node_modules/$pkg/package.json" ]; then
+		echo "==> installing $pkg for the proxy's tests (npm ci in $dir)"
+		(cd "$dir" && npm ci --no-audit --no-fund)
+	fi
+	echo "==> $pkg $(node -p "require('./$dir/node_modules/$pkg/package.json').version")"
+done
+echo "==> node $(node --version)"
 
 # envoyproxy/ratelimit, pinned: envoycompat's differential test runs it beside
 # tokenlimit serve --envoy-env and requires the same answers.

@@ -181,11 +181,18 @@ func (f Fields) SetAnthropic(h http.Header, unit string, at time.Time) {
 	prefix := "Anthropic-Ratelimit-" + unit + "-"
 	h.Set(prefix+"Limit", strconv.FormatInt(f.Limit, 10))
 	h.Set(prefix+"Remaining", strconv.FormatInt(f.Remaining, 10))
-	reset := at.Add(f.ResetAfter)
+	h.Set(prefix+"Reset", ResetTime(at, f.ResetAfter))
+}
+
+// ResetTime returns at + after rounded up to the second, in RFC 3339 UTC:
+// when a budget is whole again (or a denied call may pass), as Anthropic
+// writes it.
+func ResetTime(at time.Time, after time.Duration) string {
+	reset := at.Add(after)
 	if r := reset.Truncate(time.Second); r.Before(reset) {
 		reset = r.Add(time.Second)
 	}
-	h.Set(prefix+"Reset", reset.UTC().Format(time.RFC3339))
+	return reset.UTC().Format(time.RFC3339)
 }
 
 // CeilMillis rounds d up to a whole millisecond.

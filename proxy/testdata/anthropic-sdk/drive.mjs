@@ -1,6 +1,7 @@
 // Drives the official Anthropic SDK against the proxy for
 // proxy/anthropic_sdk_test.go: `node drive.mjs SCENARIO` with BASE_URL and
-// API_KEY set prints one JSON object, what the SDK returned or raised.
+// API_KEY set (and MAX_RETRIES, else the SDK's default) prints one JSON
+// object: what the SDK returned or raised, and how long the call took.
 import Anthropic from '@anthropic-ai/sdk';
 
 const params = {
@@ -14,12 +15,13 @@ const scenario = process.argv[2];
 const client = new Anthropic({
   baseURL: process.env.BASE_URL,
   apiKey: process.env.API_KEY,
-  maxRetries: Number(process.env.MAX_RETRIES ?? '0'),
+  ...(process.env.MAX_RETRIES ? { maxRetries: Number(process.env.MAX_RETRIES) } : {}),
 });
 
-async function run() {
+async function call() {
   switch (scenario) {
-    case 'plain': {
+    case 'plain':
+    case 'error': {
       const m = await client.messages.create(params);
       return { text: m.content.map((b) => b.text).join(''), usage: m.usage };
     }
@@ -28,25 +30,30 @@ async function run() {
       let text = '';
       stream.on('text', (t) => { text += t; });
       const m = await stream.finalMessage();
-      return { text, usage: m.usage };
-    }
-    case 'error': {
-      try {
-        await client.messages.create(params);
-        return { error: 'none' };
-      } catch (err) {
-        return {
-          class: err.constructor.name,
-          rateLimit: err instanceof Anthropic.RateLimitError,
-          status: err.status,
-          type: err.error?.error?.type,
-          message: err.error?.error?.message,
-          retryAfter: err.headers?.get('retry-after') ?? null,
-        };
-      }
+      return { text, usage: m.usage, stopReason: m.stop_reason };
     }
   }
   throw new Error(`unknown scenario ${scenario}`);
+}
+
+async function run() {
+  const start = performance.now();
+  let out;
+  try {
+    out = await call();
+  } catch (err) {
+    if (!(err instanceof Anthropic.APIError)) throw err;
+    out = {
+      class: err.constructor.name,
+      rateLimit: err instanceof Anthropic.RateLimitError,
+      status: err.status,
+      type: err.error?.error?.type,
+      message: err.error?.error?.message,
+      retryAfter: err.headers?.get('retry-after') ?? null,
+      shouldRetry: err.headers?.get('x-should-retry') ?? null,
+    };
+  }
+  return { ...out, elapsedMs: performance.now() - start };
 }
 
 run().then(

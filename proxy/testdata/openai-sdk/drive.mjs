@@ -1,0 +1,66 @@
+// Drives the official OpenAI SDK against the proxy for
+// proxy/openai_sdk_test.go: `node drive.mjs SCENARIO` with BASE_URL and
+// API_KEY set (and MAX_RETRIES, else the SDK's default) prints one JSON
+// object: what the SDK returned or raised, and how long the call took.
+import OpenAI from 'openai';
+
+const params = {
+  model: 'gpt-4o',
+  max_tokens: 100,
+  messages: [{ role: 'user', content: 'Say hello' }],
+};
+
+const scenario = process.argv[2];
+const client = new OpenAI({
+  baseURL: process.env.BASE_URL + '/v1',
+  apiKey: process.env.API_KEY,
+  ...(process.env.MAX_RETRIES ? { maxRetries: Number(process.env.MAX_RETRIES) } : {}),
+});
+
+async function call() {
+  switch (scenario) {
+    case 'chat': {
+      const c = await client.chat.completions.create(params);
+      return { text: c.choices[0].message.content, usage: c.usage };
+    }
+    case 'stream': {
+      const stream = await client.chat.completions.create({ ...params, stream: true });
+      let text = '';
+      let finish = null;
+      for await (const chunk of stream) {
+        for (const ch of chunk.choices) {
+          text += ch.delta?.content ?? '';
+          finish = ch.finish_reason ?? finish;
+        }
+      }
+      return { text, finishReason: finish };
+    }
+  }
+  throw new Error(`unknown scenario ${scenario}`);
+}
+
+async function run() {
+  const start = performance.now();
+  let out;
+  try {
+    out = await call();
+  } catch (err) {
+    if (!(err instanceof OpenAI.APIError)) throw err;
+    out = {
+      class: err.constructor.name,
+      rateLimit: err instanceof OpenAI.RateLimitError,
+      status: err.status,
+      code: err.code,
+      type: err.type,
+      message: err.error?.message,
+      retryAfter: err.headers?.get('retry-after') ?? null,
+      shouldRetry: err.headers?.get('x-should-retry') ?? null,
+    };
+  }
+  return { ...out, elapsedMs: performance.now() - start };
+}
+
+run().then(
+  (out) => { process.stdout.write(JSON.stringify(out) + '\n'); },
+  (err) => { process.stderr.write(String(err?.stack ?? err) + '\n'); process.exit(1); },
+);
