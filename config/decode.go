@@ -129,7 +129,7 @@ func (b *builder) entries(path []any, n *yaml.Node) func(yield func(key, value *
 				continue
 			}
 			if first, dup := seen[key.Value]; dup {
-				b.repeatedKey(at(path, key.Value), key, first)
+				b.repeatedKey(at(path, key.Value), key, first, n.Style&yaml.FlowStyle != 0)
 				continue
 			}
 			seen[key.Value] = key
@@ -152,13 +152,17 @@ func (b *builder) entries(path []any, n *yaml.Node) func(yield func(key, value *
 	}
 }
 
-// repeatedKey reports key, given already as first.
-func (b *builder) repeatedKey(path []any, key, first *yaml.Node) {
-	if b.source == "" {
+// repeatedKey reports key, given already as first (in a flow mapping,
+// where one line holds several keys, with first's column).
+func (b *builder) repeatedKey(path []any, key, first *yaml.Node, inFlow bool) {
+	switch {
+	case b.source == "":
 		b.failAt(key, path, "repeated key") // no file: its lines mean nothing
-		return
+	case inFlow:
+		b.failAt(key, path, "repeated key: it is already given at line %d, column %d", first.Line, first.Column)
+	default:
+		b.failAt(key, path, "repeated key: it is already given at line %d", first.Line)
 	}
-	b.failAt(key, path, "repeated key: it is already given at line %d", first.Line)
 }
 
 // mergeSources returns the mappings a merge key names: one, or a list.
