@@ -7,7 +7,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 )
 
-// BatchLanes is how many calls one batcher keeps in flight.
+// BatchLanes is how many calls one lane keeps in flight.
 const BatchLanes = batchLanes
 
 // BatchScriptAlways makes every check of s run through check_batch.lua, a
@@ -35,7 +35,7 @@ func ScriptsOnly(s *Store) *Store {
 
 // QueuedReserves is how many reservations wait for a call of s.
 func QueuedReserves(s *Store) int {
-	l := &s.records.reserves
+	l := s.records.reserves
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.queue)
@@ -43,7 +43,7 @@ func QueuedReserves(s *Store) int {
 
 // QueuedSettles is how many settlements wait for a call of s.
 func QueuedSettles(s *Store) int {
-	l := &s.records.settles
+	l := s.records.settles
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.queue)
@@ -54,9 +54,9 @@ func QueuedSettles(s *Store) int {
 // would be, each at the server's time unless s decides at the caller's
 // (then at now).
 func CheckInOneCall(s *Store, now time.Time, items [][]tokenlimit.Item, results [][]tokenlimit.Result) error {
-	jobs := make([]*batchJob, len(items))
+	jobs := make([]*checkJob, len(items))
 	for i := range jobs {
-		jobs[i] = &batchJob{ctx: context.Background(), now: now, items: items[i], results: results[i]}
+		jobs[i] = &checkJob{queuedCall: queuedCall{ctx: context.Background(), now: now}, items: items[i], results: results[i]}
 	}
 	return s.checkMany(context.Background(), jobs, &callBuffers{})
 }
