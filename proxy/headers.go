@@ -206,7 +206,7 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	if !retry {
 		h.Set("X-Should-Retry", "false")
 	}
-	p.log.Debug("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
+	p.log.Info("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
 		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait, "retry", retry)
 	writeError(w, c.dialect, http.StatusTooManyRequests, typ, code, msg)
 }

@@ -48,35 +48,51 @@ func TestObservability(t *testing.T) {
 	e.up.set(func(b *behaviour) { b.Status = http.StatusInternalServerError })
 	e.post("/v1/chat/completions", alice, chatBody)
 	e.waitSettled()
+	e.up.set(func(b *behaviour) { b.Status = 0 })
+	for range 4 {
+		e.post("/v1/chat/completions", alice, chatBody)
+		e.waitSettled()
+	}
+	if resp, _ := e.post("/v1/chat/completions", bob, strings.Replace(chatBody, `"max_tokens":100`, `"max_tokens":5000`, 1)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a call above bob's bucket: status %d, want 429", resp.StatusCode)
+	}
 
 	for _, tt := range []struct {
 		name   string
 		labels []string // name, value pairs
 		want   float64
 	}{
-		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input"}, 31},
-		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "output"}, 9},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input"}, 5 * 31},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "output"}, 5 * 9},
 		{"tokenlimit_proxy_tokens_total", []string{"model", "other", "direction", "input"}, 31},
-		// 31 × $2.50/M + 9 × $10/M = 167.5 µ$, rounded up.
-		{"tokenlimit_proxy_spend_usd_total", []string{"model", "gpt-4o"}, 0.000168},
+		// 31 × $2.50/M + 9 × $10/M = 167.5 µ$, rounded up, five times:
+		// exactly 0.00084, where a float sum of 0.000168s gives
+		// 0.0008399999999999999.
+		{"tokenlimit_proxy_spend_usd_total", []string{"model", "gpt-4o"}, 0.00084},
 		{"tokenlimit_proxy_spend_usd_total", []string{"model", "other"}, 0},
-		{"tokenlimit_proxy_upstream_responses_total", []string{"api", "chat", "status", "200"}, 2},
+		{"tokenlimit_proxy_upstream_responses_total", []string{"api", "chat", "status", "200"}, 6},
 		{"tokenlimit_proxy_upstream_responses_total", []string{"api", "chat", "status", "500"}, 1},
-		{"tokenlimit_proxy_upstream_seconds", []string{"api", "chat"}, 3}, // the histogram's count
+		{"tokenlimit_proxy_upstream_seconds", []string{"api", "chat"}, 7}, // the histogram's count
 	} {
 		if got := testkit.Metric(t, reg, tt.name, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
 		}
 	}
 
-	var calls []map[string]any
+	var calls, denied []map[string]any
 	for _, l := range jsonLines(logs.String()) {
-		if l["msg"] == "call" {
+		switch l["msg"] {
+		case "call":
 			calls = append(calls, l)
+		case "denied":
+			denied = append(denied, l)
 		}
 	}
-	if len(calls) != 3 {
-		t.Fatalf("%d access-log lines, want 3: %v", len(calls), jsonLines(logs.String()))
+	if len(calls) != 7 {
+		t.Fatalf("%d access-log lines, want 7: %v", len(calls), jsonLines(logs.String()))
+	}
+	if len(denied) != 1 || denied[0]["level"] != "INFO" || denied[0]["limit"] != "tokens-per-key-model" || strings.Contains(toJSON(denied[0]), bob) {
+		t.Errorf("denied lines %v, want one at info naming the limit, the key redacted", denied)
 	}
 	c := calls[0]
 	if c["request_id"] != first.Header.Get("X-Tokenlimit-Request-Id") || c["api"] != "chat" || c["status"] != float64(200) ||
