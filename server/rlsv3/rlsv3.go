@@ -85,9 +85,10 @@ type server struct {
 var _ rlspb.RateLimitServiceServer = (*server)(nil)
 
 // ShouldRateLimit decides every descriptor of req in one atomic check. A
-// store failure under a fail-closed limit answers codes.Unavailable, which
-// Envoy turns into its failure_mode_deny behaviour; an invalid request
-// answers codes.InvalidArgument naming the field.
+// store failure under a fail-closed limit answers OVER_LIMIT with
+// StoreHeader (see closed), so that it is closed whatever the filter's
+// failure_mode_deny; an invalid request answers codes.InvalidArgument
+// naming the field.
 func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	var buf [4]service.Request // the usual few descriptors stay off the heap
 	reqs, err := requests(req, buf[:0], &s.maps)
@@ -101,14 +102,49 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		return nil, s.checkError(ctx, err)
 	}
 	if d.Unavailable {
-		msg := "tokenlimit: the store is failing and no local budget is left"
-		if names := unavailable(d); len(names) > 0 {
-			msg = "tokenlimit: the store is failing and these limits fail closed: " + strings.Join(names, ", ")
-		}
-		s.log.Debug("rls: unavailable", "reason", msg)
-		return nil, status.Error(codes.Unavailable, msg)
+		return s.closed(d, len(reqs)), nil
 	}
 	return response(d, policies, len(reqs), &s.limits), nil
+}
+
+// StoreHeader is the response header of an answer the store could not give:
+// OVER_LIMIT because a fail-closed limit (or a fail-open one with no local
+// budget left) could not be decided, with StoreUnavailable as its value.
+// Envoy adds it to the response it sends the client, with the answer's
+// raw_body as the body, so a client can tell an outage from its own
+// budget running out.
+const (
+	StoreHeader      = "x-tokenlimit-store"
+	StoreUnavailable = "unavailable"
+)
+
+// closed answers a decision the store could not give and that fails
+// closed: OVER_LIMIT whatever the filter's failure_mode_deny, since an
+// error status would be admitted by a default Envoy. The descriptors that
+// selected the fail-closed limits are OVER_LIMIT (all of them when no limit
+// is named: the local budget itself failed), the others OK; StoreHeader
+// and raw_body say why.
+func (s *server) closed(d service.Decision, n int) *rlspb.RateLimitResponse {
+	names := unavailable(d)
+	msg := "tokenlimit: the store is failing and no local budget is left"
+	if len(names) > 0 {
+		msg = "tokenlimit: the store is failing and these limits fail closed: " + strings.Join(names, ", ")
+	}
+	s.log.Debug("rls: unavailable", "reason", msg)
+	resp := &rlspb.RateLimitResponse{
+		OverallCode:          rlspb.RateLimitResponse_OVER_LIMIT,
+		Statuses:             make([]*rlspb.RateLimitResponse_DescriptorStatus, n),
+		ResponseHeadersToAdd: []*corepb.HeaderValue{{Key: StoreHeader, Value: StoreUnavailable}},
+		RawBody:              []byte(msg + "\n"),
+	}
+	for r := range resp.Statuses {
+		code := rlspb.RateLimitResponse_OK
+		if len(names) == 0 || slices.ContainsFunc(d.Limits, func(o service.Outcome) bool { return o.Request == r && !o.FailOpen && !o.Shadow }) {
+			code = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[r] = &rlspb.RateLimitResponse_DescriptorStatus{Code: code}
+	}
+	return resp
 }
 
 func (s *server) checkError(ctx context.Context, err error) error {

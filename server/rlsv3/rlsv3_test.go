@@ -422,10 +422,11 @@ limits:
 	})
 }
 
-// A store failure under a fail-closed limit is codes.Unavailable, which
-// Envoy turns into its failure_mode_deny behaviour; a request selecting only
-// fail-open limits is decided on the local budget. Both recover when Redis
-// is back.
+// A store failure under a fail-closed limit answers OVER_LIMIT with the
+// store header and a raw_body naming the limits, so that it is closed
+// behind an Envoy that admits on errors (failure_mode_deny: false, its
+// default); a request selecting only fail-open limits is decided on the
+// local budget. Both recover when Redis is back.
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	cfg := parseConfig(t, `
@@ -451,16 +452,15 @@ limits:
 	h.call(t, request("api", desc("user", "a", "route", "/closed")))
 	h.redis.Stop()
 
-	_, err := h.client.ShouldRateLimit(context.Background(), request("api", desc("user", "a", "route", "/closed")))
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "strict") {
-		t.Fatalf("fail-closed limit with Redis stopped: %v, want Unavailable naming strict", err)
-	}
-	// One fail-closed descriptor makes the whole request unavailable.
-	_, err = h.client.ShouldRateLimit(context.Background(), request("api", desc("user", "a", "route", "/open"), desc("user", "a", "route", "/closed")))
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("mixed request with Redis stopped: %v, want Unavailable", err)
-	}
-	resp := h.call(t, request("api", desc("user", "a", "route", "/open")))
+	closedBody := "tokenlimit: the store is failing and these limits fail closed: strict\n"
+	resp := h.call(t, request("api", desc("user", "a", "route", "/closed")))
+	expectClosed(t, "fail-closed limit with Redis stopped", resp, closedBody, &rlspb.RateLimitResponse_DescriptorStatus{Code: over})
+	// One fail-closed descriptor makes the whole request over the limit;
+	// the fail-open descriptor's own status is OK.
+	resp = h.call(t, request("api", desc("user", "a", "route", "/open"), desc("user", "a", "route", "/closed")))
+	expectClosed(t, "mixed request with Redis stopped", resp, closedBody,
+		&rlspb.RateLimitResponse_DescriptorStatus{Code: ok}, &rlspb.RateLimitResponse_DescriptorStatus{Code: over})
+	resp = h.call(t, request("api", desc("user", "a", "route", "/open")))
 	expect(t, "fail-open limit with Redis stopped", resp, ok,
 		hdrs("x-ratelimit-limit", "10", "x-ratelimit-remaining", "9", "x-ratelimit-reset", "60"),
 		limited(ok, "lenient", 10, minute, 1, 9, time.Minute))
@@ -471,17 +471,29 @@ limits:
 	h.redis.Restart()
 	for attempt := 1; ; attempt++ {
 		h.clock.Advance(time.Second)
-		resp, err = h.client.ShouldRateLimit(context.Background(), request("api", desc("user", "a", "route", "/closed")))
-		if err == nil {
+		resp = h.call(t, request("api", desc("user", "a", "route", "/closed")))
+		if resp.OverallCode == ok {
 			break
 		}
-		if status.Code(err) != codes.Unavailable || attempt == 50 {
-			t.Fatalf("attempt %d after Redis came back: %v", attempt, err)
+		if attempt == 50 {
+			t.Fatalf("attempt %d after Redis came back: %v", attempt, prototext.Format(resp))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if resp.OverallCode != ok || resp.Statuses[0].GetCurrentLimit().GetName() != "strict" {
 		t.Fatalf("after Redis came back: %v", prototext.Format(resp))
+	}
+}
+
+// expectClosed checks an answer of fail-closed limits the store could not
+// decide: OVER_LIMIT, the store header alone, body as raw_body and
+// statuses.
+func expectClosed(t *testing.T, step string, got *rlspb.RateLimitResponse, body string, statuses ...*rlspb.RateLimitResponse_DescriptorStatus) {
+	t.Helper()
+	want := &rlspb.RateLimitResponse{OverallCode: over, Statuses: statuses, RawBody: []byte(body),
+		ResponseHeadersToAdd: hdrs(rlsv3.StoreHeader, rlsv3.StoreUnavailable)}
+	if !proto.Equal(got, want) {
+		t.Errorf("%s:\n got %s\nwant %s", step, prototext.Format(got), prototext.Format(want))
 	}
 }
 
