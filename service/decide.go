@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/internal/breaker"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // decide runs a plan: the enforced checks in one atomic call, then, if they
@@ -200,70 +200,47 @@ const (
 	opSettle  = "settle"
 )
 
-// call runs op against the store: for a remote store through the circuit
-// breaker (failing fast while it is open) and within the store timeout
-// (timeout.go); a caller that has already given up makes no call.
+// call runs op against the store through the resilient store (its
+// breaker and timeout; a caller that has already given up makes no call).
 // failed reports a store failure; err is invalid input (matching
-// ErrInvalidRequest) or the caller's context error. A plain check that
-// failed once sent may or may not have been applied: it is counted as an
-// outcome unknown. (Reserves and settles are bound to an id and reconcile.)
+// ErrInvalidRequest), a full store (matching tokenlimit.ErrStoreFull) or
+// the caller's context error. A plain check that failed once sent may or
+// may not have been applied: it is counted as an outcome unknown.
+// (Reserves and settles are bound to an id and reconcile.)
 func (s *Service) call(ctx context.Context, op string, run func(ctx context.Context) error) (failed bool, err error) {
-	if !s.store.Remote {
-		err = run(ctx)
-		switch {
-		case errors.Is(err, tokenlimit.ErrInvalid):
-			return false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-		case errors.Is(err, tokenlimit.ErrStoreFull):
-			return false, err
-		case err != nil && ctx.Err() != nil:
-			return false, ctx.Err()
-		case err != nil:
-			s.metrics.storeErrors.Inc()
-			s.log.ErrorContext(ctx, "store failed", "op", op, "error", err)
-			return true, nil
-		}
-		return false, nil
-	}
-	ticket, ok := s.breaker.Allow()
-	if !ok {
-		return true, nil
-	}
-	if err = ctx.Err(); err == nil {
-		err = run(s.deadlines.context(ctx))
-	}
+	err = s.guard.Call(ctx, run)
+	var fe *resilient.FailedError
 	switch {
+	case err == nil:
+		s.storeAnswered()
+		return false, nil
 	case errors.Is(err, tokenlimit.ErrInvalid):
-		s.breaker.Done(ticket, nil)
 		return false, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	case errors.Is(err, tokenlimit.ErrStoreFull): // it answered: healthy, only full
-		s.breaker.Done(ticket, nil)
 		return false, err
-	case err != nil && ctx.Err() != nil: // the caller gave up, not the store
-		s.breaker.Cancel(ticket)
-		if op == opCheck {
+	case !errors.As(err, &fe): // the caller gave up, not the store
+		if op == opCheck && s.store.Remote {
 			s.metrics.outcomeUnknown.Inc()
 		}
-		return false, ctx.Err()
-	}
-	trial := s.breaker.State() == breaker.HalfOpen
-	s.breaker.Done(ticket, err)
-	s.recordStore(err)
-	if err != nil {
-		s.metrics.storeErrors.Inc()
-		if op == opCheck {
-			s.metrics.outcomeUnknown.Inc()
-		}
-		// A failed half-open trial only confirms the outage the breaker
-		// already reported: once per cooldown, at debug.
-		level := slog.LevelWarn
-		if trial {
-			level = slog.LevelDebug
-		}
-		s.log.Log(ctx, level, "store failed; applying failure modes", "op", op, "error", err)
+		return false, err
+	case errors.Is(fe.Err, resilient.ErrBreakerOpen):
 		return true, nil
 	}
-	s.storeAnswered()
-	return false, nil
+	s.metrics.storeErrors.Inc()
+	if op == opCheck && s.store.Remote {
+		s.metrics.outcomeUnknown.Inc()
+	}
+	// A failed half-open trial only confirms the outage the breaker
+	// already reported: once per cooldown, at debug.
+	level := slog.LevelWarn
+	switch {
+	case !s.store.Remote:
+		level = slog.LevelError
+	case fe.Trial:
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, "store failed; applying failure modes", "op", op, "error", fe.Err)
+	return true, nil
 }
 
 // failover decides while the store is failing: a fail-closed limit makes the

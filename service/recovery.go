@@ -136,7 +136,7 @@ type hold struct {
 // refuses calls it holds nothing: the store call fails at once and the
 // request is decided on the local budget as in any outage.
 func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Decision, ok bool) {
-	if !s.failOpen.anyRecovering() || !s.breaker.Ready() {
+	if !s.failOpen.anyRecovering() || !s.guard.Breaker().Ready() {
 		return hold{}, Decision{}, true
 	}
 	recovering, unseen := s.failOpen.recoveringChecks(checks, s.opts.Clock())

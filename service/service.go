@@ -21,6 +21,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/resilient"
 	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
@@ -88,18 +89,13 @@ type Service struct {
 	local      *tokenlimit.Limiter // fail-open budgets while the store fails
 	localStore *memstore.Store     // local's store, asked whether it holds a reservation, seeded from the store's answers
 	failOpen   *failOpen
-	breaker    *breaker.Breaker
-	deadlines  *storeDeadlines // the store calls' timeouts
+	guard      *resilient.Store // opts.Store's calls with their timeout and breaker
 	metrics    *metrics
 	log        *slog.Logger
 	rules      atomic.Pointer[ruleset]
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
 	pending   *reconciler
-	// answered is set once a remote store has answered a call; storeErr is
-	// the error of the last failed call, cleared by a success.
-	answered atomic.Bool
-	storeErr atomic.Pointer[string]
 }
 
 // New returns a service enforcing cfg.
@@ -129,10 +125,12 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	s.failOpen = newFailOpen(opts.FailOpenKeys, opts.FailOpenRecovery, func(limit, result string, cost int64) {
 		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
 	})
-	s.breaker = breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock)
-	s.deadlines = newStoreDeadlines(opts.StoreTimeout)
-	s.breaker.OnChange(s.logBreaker)
-	if err := watchBreaker(opts.Registerer, s.breaker); err != nil {
+	s.guard, err = resilient.New(opts.Store, resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,
+		BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker})
+	if err != nil {
+		return nil, fmt.Errorf("service: %w", err)
+	}
+	if err := watchBreaker(opts.Registerer, s.guard.Breaker()); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
 	stores := map[string]keyCounter{"local": local}
@@ -283,47 +281,19 @@ type Health struct {
 // probes the store itself (one peek), so that a replica with no traffic
 // still notices that Redis came back, or that it never answered.
 func (s *Service) Health() Health {
-	if s.store.Remote && (s.breaker.State() != breaker.Closed || !s.answered.Load()) {
-		if ticket, ok := s.breaker.Allow(); ok {
-			ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
-			peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
-			_, err := s.opts.Store.Check(ctx, s.opts.Clock(), peek, make([]tokenlimit.Result, 1))
-			cancel()
-			s.breaker.Done(ticket, err)
-			s.recordStore(err)
-			if err == nil {
-				s.storeAnswered()
-			}
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
+	defer cancel()
+	gh, probed := s.guard.Health(ctx)
+	if probed {
+		s.storeAnswered()
 	}
-	st := s.breaker.State()
-	h := Health{Store: s.store.Name, Breaker: st.String(), Degraded: st != breaker.Closed || (s.store.Remote && !s.answered.Load()),
+	h := Health{Store: s.store.Name, Breaker: gh.Breaker, Degraded: gh.Degraded, Error: gh.Error,
 		LocalKeys: s.localStore.Len(), LocalMaxKeys: s.localStore.MaxKeys()}
 	if kc, ok := s.opts.Store.(keyCounter); ok {
 		h.Keys, h.MaxKeys = kc.Len(), kc.MaxKeys()
 	}
 	h.KeySpaceFull = (h.MaxKeys > 0 && h.Keys >= h.MaxKeys) || h.LocalKeys >= h.LocalMaxKeys
-	if msg := s.storeErr.Load(); h.Degraded && msg != nil {
-		h.Error = *msg
-	}
 	return h
-}
-
-// recordStore notes the outcome of a call to a remote store, for Health.
-func (s *Service) recordStore(err error) {
-	if err != nil {
-		msg := err.Error()
-		s.storeErr.Store(&msg)
-		return
-	}
-	// Loaded first: every call that succeeds gets here, and a store to
-	// a line that every CPU reads costs more than a load.
-	if !s.answered.Load() {
-		s.answered.Store(true)
-	}
-	if s.storeErr.Load() != nil {
-		s.storeErr.Store(nil)
-	}
 }
 
 // Request is one set of descriptors to check, with the request's own cost.

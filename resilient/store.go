@@ -1,0 +1,269 @@
+// Package resilient keeps a failing rate-limit store from its callers. Its
+// Store wraps a store and gives every call a deadline (shared between the
+// calls of one tick, deadline.go) and a circuit breaker, and tells its
+// caller whether the store failed (ErrUnavailable) apart from a request the
+// store refused, a full store or a caller that gave up. The callers above
+// it (the service, the envoyproxy/ratelimit drop-in) apply their failure
+// modes to ErrUnavailable alone; budget.go names the states a budget goes
+// through while they do.
+//
+// It sits below service and envoycompat and above the stores: it imports
+// no transport and no configuration.
+package resilient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/breaker"
+)
+
+// ErrUnavailable marks a store call that failed (an error, its deadline
+// passed) or that the open breaker did not make: the store could not
+// answer, and the caller applies its failure modes. Test with errors.Is;
+// errors.As with *FailedError says whether it was a half-open trial.
+var ErrUnavailable = errors.New("the rate-limit store is unavailable")
+
+// ErrBreakerOpen is the cause (FailedError.Err) of a call the open breaker
+// did not make.
+var ErrBreakerOpen = errors.New("circuit breaker open: the store failed recently")
+
+// FailedError is a store call that failed. It matches ErrUnavailable and
+// unwraps to the store's error.
+type FailedError struct {
+	Err error
+	// Trial is true for the breaker's half-open trial: its failure only
+	// confirms the outage the breaker already reported.
+	Trial bool
+}
+
+func (e *FailedError) Error() string { return "rate-limit store failed: " + e.Err.Error() }
+
+// Unwrap returns ErrUnavailable and the store's error.
+func (e *FailedError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Timeout bounds each call to a remote store; default 50ms.
+	Timeout time.Duration
+	// BreakerThreshold consecutive failures open the breaker; default 5.
+	BreakerThreshold int
+	// BreakerCooldown is how long the open breaker skips the store before
+	// one trial call; default 1s.
+	BreakerCooldown time.Duration
+	// Clock is the breaker's time source; time.Now when nil.
+	Clock func() time.Time
+	// OnBreaker, if set, is called on every change of the breaker's state
+	// (see breaker.Breaker.OnChange: quick, no calls back).
+	OnBreaker func(from, to breaker.State, failures int)
+}
+
+// Store is a store whose calls fail fast and classified. It implements
+// tokenlimit.Store; every method's error that is a store failure matches
+// ErrUnavailable. A store that describes itself as local (the embedded
+// store) gets no deadline and no breaker: its failures still match
+// ErrUnavailable. It is safe for concurrent use.
+type Store struct {
+	store     tokenlimit.Store
+	info      tokenlimit.StoreInfo
+	clock     func() time.Time
+	timeout   time.Duration
+	breaker   *breaker.Breaker
+	deadlines *storeDeadlines
+	// answered is set once the store has answered a call; lastErr is the
+	// error of the last failed call, cleared by a success.
+	answered atomic.Bool
+	lastErr  atomic.Pointer[string]
+}
+
+var _ tokenlimit.Store = (*Store)(nil)
+
+// New returns store guarded by opts.
+func New(store tokenlimit.Store, opts Options) (*Store, error) {
+	if store == nil {
+		return nil, errors.New("resilient: New needs a store")
+	}
+	if opts.Timeout < 0 || opts.BreakerCooldown < 0 || opts.BreakerThreshold < 0 {
+		return nil, fmt.Errorf("resilient: New: Timeout, BreakerThreshold and BreakerCooldown must not be negative, got %s, %d, %s",
+			opts.Timeout, opts.BreakerThreshold, opts.BreakerCooldown)
+	}
+	opts = withDefaults(opts)
+	s := &Store{store: store, info: tokenlimit.Describe(store), clock: opts.Clock, timeout: opts.Timeout,
+		breaker: breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock), deadlines: newStoreDeadlines(opts.Timeout)}
+	if opts.OnBreaker != nil {
+		s.breaker.OnChange(opts.OnBreaker)
+	}
+	return s, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.Timeout == 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.BreakerThreshold == 0 {
+		o.BreakerThreshold = 5
+	}
+	if o.BreakerCooldown == 0 {
+		o.BreakerCooldown = time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return o
+}
+
+// Call runs run against the store: for a remote store through the breaker
+// (failing fast while it is open) and within the timeout; a caller whose
+// context has ended makes no call. It returns nil; an error matching
+// tokenlimit.ErrInvalid or tokenlimit.ErrStoreFull, which the store
+// answered (a healthy store); the caller's context error when the caller
+// gave up (the breaker counts nothing); or a *FailedError, matching
+// ErrUnavailable.
+func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) error {
+	if !s.info.Remote {
+		err := run(ctx)
+		if answered(err) || ctx.Err() != nil {
+			return callerError(ctx, err)
+		}
+		return &FailedError{Err: err}
+	}
+	ticket, ok := s.breaker.Allow()
+	if !ok {
+		return &FailedError{Err: ErrBreakerOpen}
+	}
+	err := ctx.Err()
+	if err == nil {
+		err = run(s.deadlines.context(ctx))
+	}
+	switch {
+	case answered(err):
+		s.breaker.Done(ticket, nil)
+		if err == nil {
+			s.record(nil)
+		}
+		return err
+	case ctx.Err() != nil: // the caller gave up, not the store
+		s.breaker.Cancel(ticket)
+		return ctx.Err()
+	}
+	trial := s.breaker.State() == breaker.HalfOpen
+	s.breaker.Done(ticket, err)
+	s.record(err)
+	return &FailedError{Err: err, Trial: trial}
+}
+
+// answered reports whether err is an answer of a healthy store: none, a
+// refused request or a full store.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, tokenlimit.ErrInvalid) || errors.Is(err, tokenlimit.ErrStoreFull)
+}
+
+// callerError is err of a local store's call, or the caller's context
+// error if it gave up.
+func callerError(ctx context.Context, err error) error {
+	if answered(err) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// record notes the outcome of a call, for Health.
+func (s *Store) record(err error) {
+	if err != nil {
+		msg := err.Error()
+		s.lastErr.Store(&msg)
+		return
+	}
+	// Loaded first: every call that succeeds gets here, and a store to a
+	// line that every CPU reads costs more than a load.
+	if !s.answered.Load() {
+		s.answered.Store(true)
+	}
+	if s.lastErr.Load() != nil {
+		s.lastErr.Store(nil)
+	}
+}
+
+// Check is the store's Check through Call.
+func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (at time.Time, err error) {
+	err = s.Call(ctx, func(ctx context.Context) error {
+		at, err = s.store.Check(ctx, now, items, results)
+		return err
+	})
+	return at, err
+}
+
+// Adjust is the store's Adjust through Call.
+func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
+	return s.Call(ctx, func(ctx context.Context) error { return s.store.Adjust(ctx, now, adjustments) })
+}
+
+// Reset is the store's Reset through Call.
+func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
+	return s.Call(ctx, func(ctx context.Context) error { return s.store.Reset(ctx, key, alg) })
+}
+
+// Reserve is the store's Reserve through Call.
+func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (out tokenlimit.ReserveOutcome, err error) {
+	err = s.Call(ctx, func(ctx context.Context) error {
+		out, err = s.store.Reserve(ctx, now, req, results)
+		return err
+	})
+	return out, err
+}
+
+// Settle is the store's Settle through Call.
+func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (st tokenlimit.SettleStatus, err error) {
+	err = s.Call(ctx, func(ctx context.Context) error {
+		st, err = s.store.Settle(ctx, now, req)
+		return err
+	})
+	return st, err
+}
+
+// Describe returns what the wrapped store says about itself.
+func (s *Store) Describe() tokenlimit.StoreInfo { return s.info }
+
+// Unwrap returns the wrapped store.
+func (s *Store) Unwrap() tokenlimit.Store { return s.store }
+
+// Breaker returns the store's breaker, for gauges and for callers that
+// must know whether a call would be let through (Ready).
+func (s *Store) Breaker() *breaker.Breaker { return s.breaker }
+
+// Health is the store's health.
+type Health struct {
+	// Breaker is "closed", "half-open" or "open".
+	Breaker string
+	// Degraded is true while the store is failing (breaker not closed), and
+	// while a remote store has not answered once.
+	Degraded bool
+	// Error is the last store error while Degraded; empty otherwise.
+	Error string
+}
+
+// healthKey is the budget a health probe peeks at.
+const healthKey = "tokenlimit:health"
+
+// Health returns the store's health. While the breaker is not closed and
+// its cooldown has passed, or while a remote store has not answered yet, it
+// probes the store itself (one peek, within the timeout), so that a process
+// with no traffic still notices that the store came back, or that it never
+// answered. ok reports that the probe was made and answered.
+func (s *Store) Health(ctx context.Context) (h Health, probed bool) {
+	if s.info.Remote && (s.breaker.State() != breaker.Closed || !s.answered.Load()) && s.breaker.Ready() {
+		peek := []tokenlimit.Item{{Key: healthKey, Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
+		_, err := s.Check(ctx, s.clock(), peek, make([]tokenlimit.Result, 1))
+		probed = err == nil
+	}
+	st := s.breaker.State()
+	h = Health{Breaker: st.String(), Degraded: st != breaker.Closed || (s.info.Remote && !s.answered.Load())}
+	if msg := s.lastErr.Load(); h.Degraded && msg != nil {
+		h.Error = *msg
+	}
+	return h, probed
+}
