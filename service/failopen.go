@@ -11,6 +11,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/budgetslot"
 	"github.com/tokenlimit/tokenlimit/memstore"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // This file bounds what fail-open limits admit while the store fails. For
@@ -56,7 +57,7 @@ type failOpen struct {
 	perShard   int
 	recovery   time.Duration // Options.FailOpenRecovery
 	pending    atomic.Int64  // entries with cost to write back
-	recovering atomic.Int64  // entries with recovering set
+	recovering atomic.Int64  // entries whose phase is not Remote
 	shards     [failOpenShards]failOpenShard
 	onDropped  func(limit string, result string, cost int64)
 }
@@ -103,13 +104,10 @@ type budgetMemory struct {
 	pending int64
 	limit   string
 	until   time.Time
-	// recovering is set when the local budget answered for this budget:
-	// until the recovery ends (recoveryEnd), requests keep to the local
-	// budget as well as the store's. storeBack is when the store first
-	// answered for it after that (zero until it has); localWhole is when
-	// the local budget would be whole again.
-	recovering            bool
-	storeBack, localWhole time.Time
+	// phase is where the budget is around an outage (resilient.Budget's
+	// table): Local once the local budget answered for it, Recovering once
+	// the store answered again, Remote when the recovery has ended.
+	phase resilient.Budget
 }
 
 // end is when the entry stops being useful, for recovery the given
@@ -119,7 +117,7 @@ func (m *budgetMemory) end(recovery time.Duration) time.Time {
 	if m.pending > 0 && m.until.After(end) {
 		end = m.until
 	}
-	if r := m.recoveryEnd(recovery); m.recovering && r.After(end) {
+	if r := m.phase.RecoveryEnd(recovery); m.phase.State != resilient.Remote && r.After(end) {
 		end = r
 	}
 	return end
@@ -198,7 +196,7 @@ func (f *failOpen) evict(sh *failOpenShard, now time.Time) {
 		}
 		f.onDropped(vm.limit, result, vm.pending)
 	}
-	if vm.recovering {
+	if vm.phase.State != resilient.Remote {
 		f.recovering.Add(-1)
 	}
 	sh.remove(victim, vm)
@@ -245,8 +243,8 @@ func (f *failOpen) remember(checks []check, results []tokenlimit.Result, at time
 			m.known, m.seeded = true, false
 			m.remaining, m.capacity, m.at, m.reset = r.Remaining, r.Limit, at, at.Add(r.ResetAfter)
 		}
-		if m.recovering {
-			m.storeAnswered(clock())
+		if m.phase.State == resilient.Local {
+			f.on(m, resilient.StoreAnswered, clock(), time.Time{})
 		}
 		sh.mu.Unlock()
 	}

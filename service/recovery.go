@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // This file closes the recovery gap of fail-open budgets. When the store
@@ -30,24 +31,21 @@ import (
 // be whole again (what it admitted has refilled: for a window, the window
 // the outage was in has ended), whichever comes first.
 
-// recoveryEnd is when the recovery of m ends, for a recovery period of d:
-// d after the store answered again, or when the local budget would be whole
-// again if that is earlier (and while the store has not answered yet).
-func (m *budgetMemory) recoveryEnd(d time.Duration) time.Time {
-	if !m.storeBack.IsZero() {
-		if end := m.storeBack.Add(d); end.Before(m.localWhole) {
-			return end
-		}
+// on moves m's phase by event e at at (whole: when the local budget would
+// be whole again, for LocalAnswered), keeping the count of budgets that
+// recover, and reports whether a request must keep to the local budget.
+// The caller holds m's lock.
+func (f *failOpen) on(m *budgetMemory, e resilient.Event, at, whole time.Time) bool {
+	was := m.phase.State
+	var hold bool
+	m.phase, hold = m.phase.On(e, at, whole, f.recovery)
+	switch now := m.phase.State; {
+	case was == resilient.Remote && now != resilient.Remote:
+		f.recovering.Add(1)
+	case was != resilient.Remote && now == resilient.Remote:
+		f.recovering.Add(-1)
 	}
-	return m.localWhole
-}
-
-// storeAnswered starts m's recovery period at now if the store answers for
-// the first time since the local budget did. The caller holds m's lock.
-func (m *budgetMemory) storeAnswered(now time.Time) {
-	if m.recovering && m.storeBack.IsZero() {
-		m.storeBack = now
-	}
+	return hold
 }
 
 // answeredLocally records that the local budget answered checks (scaled to
@@ -62,14 +60,7 @@ func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, 
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.entry(sh, k, now)
-		if !m.recovering {
-			m.recovering = true
-			f.recovering.Add(1)
-		}
-		m.storeBack = time.Time{}
-		if whole := at.Add(results[i].ResetAfter); whole.After(m.localWhole) {
-			m.localWhole = whole
-		}
+		f.on(m, resilient.LocalAnswered, at, at.Add(results[i].ResetAfter))
 		sh.mu.Unlock()
 	}
 }
@@ -80,8 +71,8 @@ func (f *failOpen) writtenBack(adjs []tokenlimit.Adjustment, now time.Time) {
 		k := f.budget(a.Key, a.Limit.Algorithm)
 		sh := f.shard(k)
 		sh.mu.Lock()
-		if m := f.find(sh, k); m != nil {
-			m.storeAnswered(now)
+		if m := f.find(sh, k); m != nil && m.phase.State == resilient.Local {
+			f.on(m, resilient.StoreAnswered, now, time.Time{})
 		}
 		sh.mu.Unlock()
 	}
@@ -107,14 +98,9 @@ func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check,
 		sh := f.shard(k)
 		sh.mu.Lock()
 		m := f.find(sh, k)
-		in := m != nil && m.recovering && now.Before(m.recoveryEnd(f.recovery))
-		if m != nil && m.recovering && !in {
-			m.recovering = false
-			f.recovering.Add(-1)
-		}
-		if in {
+		if m != nil && f.on(m, resilient.Asked, now, time.Time{}) {
 			out = append(out, c)
-			unseen = unseen || m.storeBack.IsZero()
+			unseen = unseen || m.phase.State == resilient.Local
 		}
 		sh.mu.Unlock()
 	}
