@@ -23,6 +23,8 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/envoycompat"
+	"github.com/tokenlimit/tokenlimit/internal/breaker"
+	"github.com/tokenlimit/tokenlimit/resilient"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 )
 
@@ -109,11 +111,20 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	defer closeStore()
-	engine, err := envoycompat.New(store, cfg, f.envoy.engine)
+	warmUp(ctx, store, log)
+	guarded, err := resilient.New(store, resilient.Options{Timeout: f.storeTimeout, OnBreaker: logBreaker(log)})
 	if err != nil {
 		return err
 	}
-	ready := storeReady(store, f.storeTimeout)
+	opts := f.envoy.engine
+	if opts.FailureModes, err = parseFailureModes(f.envoyFailure); err != nil {
+		return err
+	}
+	engine, err := envoycompat.New(guarded, cfg, opts)
+	if err != nil {
+		return err
+	}
+	ready := storeReady(guarded)
 	mux := http.NewServeMux()
 	mux.Handle("/json", rlsv3.JSONHandler(engine, log))
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
@@ -148,22 +159,73 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	return shutdown(ctx, httpSrv, grpcSrv)
 }
 
-// healthTimeout is the least time a health check gives the store: the
-// first call on a fresh connection (dialing, loading scripts) may take
-// longer than a decision's --store-timeout.
-const healthTimeout = time.Second
+// warmUpTimeout is the time the first store call gets at start: on a fresh
+// connection it dials and loads the scripts, which may take longer than a
+// decision's --store-timeout.
+const warmUpTimeout = time.Second
 
-// storeReady reports whether the store answers a peek within timeout (at
-// least healthTimeout).
-func storeReady(store tokenlimit.Store, timeout time.Duration) func(context.Context) bool {
-	timeout = max(timeout, healthTimeout)
+// warmUp makes one call to the store (a peek) so that the first request
+// finds its connection and scripts ready; a store that does not answer is
+// logged, and the requests follow their failure modes until it does.
+func warmUp(ctx context.Context, store tokenlimit.Store, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
 	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
-	return func(ctx context.Context) bool {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		_, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1))
-		return err == nil
+	if _, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1)); err != nil {
+		log.Warn("the store does not answer yet; domains follow their failure modes until it does", "error", err)
 	}
+}
+
+// storeReady reports whether the store is healthy: its breaker closed and
+// its last call answered (see resilient.Store.Health, which probes a store
+// that failed or never answered, within the store timeout).
+func storeReady(store *resilient.Store) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		h, _ := store.Health(ctx)
+		return !h.Degraded
+	}
+}
+
+// logBreaker logs the store's breaker opening (error) and closing again
+// (info); the half-open trials in between at debug.
+func logBreaker(log *slog.Logger) func(from, to breaker.State, failures int) {
+	return func(from, to breaker.State, failures int) {
+		switch {
+		case to == breaker.Open && from == breaker.Closed:
+			log.Error("store circuit breaker opened: the store is failing; domains follow their failure modes", "failures", failures)
+		case to == breaker.Closed:
+			log.Info("store circuit breaker closed: the store answers again")
+		default:
+			log.Debug("store circuit breaker "+to.String(), "from", from.String())
+		}
+	}
+}
+
+// parseFailureModes reads --envoy-failure-mode: MODE sets every domain's,
+// DOMAIN=MODE one domain's.
+func parseFailureModes(flags []string) (envoycompat.FailureModes, error) {
+	var modes envoycompat.FailureModes
+	for _, v := range flags {
+		domain, mode, perDomain := strings.Cut(v, "=")
+		if !perDomain {
+			domain, mode = "", v
+		}
+		m, err := envoycompat.ParseFailureMode(mode)
+		switch {
+		case err != nil:
+			return modes, fmt.Errorf("--envoy-failure-mode %s: %w: %w", v, err, errUsage)
+		case perDomain && domain == "":
+			return modes, fmt.Errorf("--envoy-failure-mode %s: the domain must not be empty: %w", v, errUsage)
+		case !perDomain:
+			modes.Default = m
+			continue
+		}
+		if modes.Domains == nil {
+			modes.Domains = map[string]envoycompat.FailureMode{}
+		}
+		modes.Domains[domain] = m
+	}
+	return modes, nil
 }
 
 // The envoyproxy/ratelimit settings --envoy-env reads, with its defaults.

@@ -9,20 +9,27 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/tcprelay"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 )
 
 const envoyYAML = `domain: api
@@ -248,4 +255,112 @@ func TestEnvoyEnv(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming %s", c.env, err, c.want)
 		}
 	}
+}
+
+// TestServeEnvoyWithRedisHeld: in the compatibility mode, a Redis whose
+// replies never come (a real relay holding them) costs each ShouldRateLimit
+// at most the store timeout (plus 50 ms), and every domain answers by its
+// failure mode: closed is OVER_LIMIT, open is OK, both saying the store is
+// unavailable; the default fails the call, as envoyproxy/ratelimit does.
+// /healthcheck says the store is failing, and all recovers once the
+// replies flow again.
+func TestServeEnvoyWithRedisHeld(t *testing.T) {
+	t.Parallel()
+	const storeTimeout = 100 * time.Millisecond
+	redis := redistest.Start(t)
+	relay, err := tcprelay.Start(redis.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	dir := t.TempDir()
+	for _, domain := range []string{"closed", "open", "legacy"} {
+		data := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n", domain)
+		if err := os.WriteFile(filepath.Join(dir, domain+".yaml"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := newSyncBuffer()
+	go func() {
+		Run(ctx, []string{"serve", "--envoy-config", dir, "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+			"--redis", "redis://" + relay.Addr(), "--store-timeout", storeTimeout.String(),
+			"--envoy-failure-mode", "closed=closed", "--envoy-failure-mode", "open=open"}, logs.w, io.Discard)
+		logs.w.Close()
+	}()
+	httpBase := "http://" + logs.addr(t, "serving HTTP")
+	conn, err := grpc.NewClient(logs.addr(t, "serving gRPC (Envoy rate limit service v3)"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlspb.NewRateLimitServiceClient(conn)
+	ask := func(domain string) (*rlspb.RateLimitResponse, time.Duration, error) {
+		start := time.Now()
+		resp, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}},
+		}})
+		return resp, time.Since(start), err
+	}
+	healthy := func() bool {
+		r, err := http.Get(httpBase + "/healthcheck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}
+	// Redis answers (the first call may dial and load the scripts).
+	testkit.Eventually(t, 20*time.Second, "every domain answered by Redis", func() bool {
+		for _, domain := range []string{"closed", "open", "legacy"} {
+			if resp, _, err := ask(domain); err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || len(resp.ResponseHeadersToAdd) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	relay.Hold(tcprelay.Replies)
+	unavailable := &corepb.HeaderValue{Key: rlsv3.StoreHeader, Value: rlsv3.StoreUnavailable}
+	var took []time.Duration
+	for round := range 8 { // past the breaker's threshold of 5
+		for _, domain := range []string{"closed", "open", "legacy"} {
+			resp, d, err := ask(domain)
+			took = append(took, d)
+			switch domain {
+			case "closed":
+				if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT ||
+					len(resp.ResponseHeadersToAdd) != 1 || !proto.Equal(resp.ResponseHeadersToAdd[0], unavailable) || len(resp.RawBody) == 0 {
+					t.Errorf("round %d, closed: %v %v, want OVER_LIMIT with %s: %s and a raw_body", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+				}
+			case "open":
+				if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || len(resp.ResponseHeadersToAdd) != 1 || !proto.Equal(resp.ResponseHeadersToAdd[0], unavailable) {
+					t.Errorf("round %d, open: %v %v, want OK with %s: %s", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+				}
+			case "legacy":
+				if status.Code(err) != codes.Unavailable {
+					t.Errorf("round %d, legacy: %v %v, want codes.Unavailable", round, resp, err)
+				}
+			}
+		}
+	}
+	// Every answer within the store timeout + 50ms is the bound; a loaded
+	// machine (-race, CPU burners) can delay a goroutine past it, so the
+	// test asserts it of the median, and of every call a bound that a
+	// call waiting on Redis (which never answers) cannot meet.
+	slices.Sort(took)
+	if median := took[len(took)/2]; median > storeTimeout+50*time.Millisecond || took[len(took)-1] > 2*time.Second {
+		t.Errorf("answers took %v (sorted), want a median within the store timeout %s + 50ms and none past 2s", took, storeTimeout)
+	}
+	if healthy() {
+		t.Error("/healthcheck answers OK while Redis' replies are held")
+	}
+
+	relay.Release(tcprelay.Replies)
+	testkit.Eventually(t, 20*time.Second, "/healthcheck OK once Redis answers again", healthy)
+	testkit.Eventually(t, 20*time.Second, "the closed domain answered by Redis again", func() bool {
+		resp, _, err := ask("closed")
+		return err == nil && resp.OverallCode == rlspb.RateLimitResponse_OK && len(resp.ResponseHeadersToAdd) == 0
+	})
 }

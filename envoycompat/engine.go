@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // Request is a Rate Limit Service request, as Envoy sends it.
@@ -56,6 +57,9 @@ type Response struct {
 	Statuses []Status
 	// Headers are the rate-limit headers, when Options.Headers is set.
 	Headers []Header
+	// StoreUnavailable is set on an answer given by a failure mode (see
+	// FailureModes): the store could not count the request.
+	StoreUnavailable bool
 }
 
 // Status is one descriptor's answer.
@@ -109,6 +113,11 @@ type Options struct {
 	// Headers, if not nil, adds the headers of the descriptor closest to
 	// its limit (LIMIT_RESPONSE_HEADERS_ENABLED).
 	Headers *HeaderNames
+	// FailureModes says what a request answers when the store fails with
+	// an error matching resilient.ErrUnavailable (give New a
+	// resilient.Store for a timeout and a breaker). The zero value fails
+	// the call, as envoyproxy/ratelimit does.
+	FailureModes FailureModes
 }
 
 // Engine answers requests with envoyproxy/ratelimit's semantics: fixed
@@ -189,6 +198,11 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, er
 		return Response{}, err
 	}
 	counts, err := e.count(ctx, ds)
+	if errors.Is(err, resilient.ErrUnavailable) && ctx.Err() == nil {
+		if m := e.opts.FailureModes.Of(req.Domain); m != FailError {
+			return e.failed(ds, m), nil
+		}
+	}
 	if err != nil {
 		return Response{}, err
 	}

@@ -22,7 +22,8 @@ import (
 // envoyproxy/ratelimit's semantics (package envoycompat) instead of
 // tokenlimit's own. An invalid request answers codes.Unknown with
 // envoyproxy/ratelimit's message, as it does; a store failure answers
-// codes.Unavailable.
+// codes.Unavailable, or, for a domain whose envoycompat.FailureMode is
+// closed or open, OVER_LIMIT or OK with StoreHeader.
 func RegisterEnvoyCompat(s *grpc.Server, e *envoycompat.Engine, opts Options) error {
 	if s == nil || e == nil {
 		return errors.New("rlsv3: RegisterEnvoyCompat needs a gRPC server and an engine")
@@ -94,6 +95,12 @@ func compatResponse(r envoycompat.Response) *rlspb.RateLimitResponse {
 	}
 	for _, h := range r.Headers {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corepb.HeaderValue{Key: h.Key, Value: h.Value})
+	}
+	if r.StoreUnavailable {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corepb.HeaderValue{Key: StoreHeader, Value: StoreUnavailable})
+		if r.OverallCode == envoycompat.OverLimit {
+			out.RawBody = []byte("tokenlimit: the store is failing and this domain fails closed\n")
+		}
 	}
 	return out
 }
