@@ -19,7 +19,7 @@ import (
 // gives up while its call is in flight no longer cuts the call short; the
 // call ends when the store answers, or at its deadline. A caller whose own
 // deadline comes first keeps its own context, which ends the call then, as
-// before. A caller that gave up before the call makes none (Service.call).
+// before. A caller that gave up before the call makes none (Store.Call).
 
 // storeTicks is how many ticks make a store timeout: a call waits at most
 // timeout/storeTicks longer than the timeout.
