@@ -25,19 +25,20 @@ const MaxPrice = 1_000_000 * MicroPerUSD
 
 // Price is what a model's tokens cost, each in micro-dollars per million
 // tokens ($2.50 per million tokens is 2,500,000). CachedInput prices input
-// tokens read from the provider's prompt cache; it equals Input when the
-// configuration gives none.
+// tokens read from the provider's prompt cache, CacheWrite input tokens
+// written to it (Anthropic's cache_creation_input_tokens); each equals
+// Input when the configuration gives none.
 type Price struct {
-	Input, CachedInput, Output int64
+	Input, CachedInput, CacheWrite, Output int64
 }
 
-// Of returns the price of input, cachedInput and output tokens in
-// micro-dollars, rounded up to a whole micro-dollar, and at most
-// tokenlimit.MaxCost + 1 (a price that large can never be admitted).
-// Negative counts count as 0. It is exact: no float is involved.
-func (p Price) Of(input, cachedInput, output int64) int64 {
+// Of returns the price of uncached input, cachedInput, cacheWrite and
+// output tokens in micro-dollars, rounded up to a whole micro-dollar, and
+// at most tokenlimit.MaxCost + 1 (a price that large can never be
+// admitted). Negative counts count as 0. It is exact: no float is involved.
+func (p Price) Of(input, cachedInput, cacheWrite, output int64) int64 {
 	var hi, lo uint64
-	for _, t := range [...]struct{ n, price int64 }{{input, p.Input}, {cachedInput, p.CachedInput}, {output, p.Output}} {
+	for _, t := range [...]struct{ n, price int64 }{{input, p.Input}, {cachedInput, p.CachedInput}, {cacheWrite, p.CacheWrite}, {output, p.Output}} {
 		if t.n <= 0 || t.price <= 0 {
 			continue
 		}
@@ -198,11 +199,13 @@ func (b *builder) usdRate(path []any, s string) string {
 type rawPrice struct {
 	Input       yaml.Node `yaml:"input"`
 	CachedInput yaml.Node `yaml:"cached_input"`
+	CacheWrite  yaml.Node `yaml:"cache_write"`
 	Output      yaml.Node `yaml:"output"`
 }
 
 // prices reads the prices table: each model's (or pattern's) input and
-// output price, and cached input's if given, in dollars per million tokens.
+// output price, and cached input's and cache writes' if given, in dollars
+// per million tokens.
 func (b *builder) prices(raw map[string]rawPrice) map[Pattern]Price {
 	out := make(map[Pattern]Price, len(raw))
 	for _, model := range b.keysInOrder([]any{"prices"}) {
@@ -212,9 +215,12 @@ func (b *builder) prices(raw map[string]rawPrice) map[Pattern]Price {
 			b.fail(path, "want a model name, or a prefix ending in * such as claude-sonnet-4*, got %q", model)
 		}
 		p := Price{Input: b.price(at(path, "input"), &r.Input), Output: b.price(at(path, "output"), &r.Output)}
-		p.CachedInput = p.Input
+		p.CachedInput, p.CacheWrite = p.Input, p.Input
 		if r.CachedInput.Kind != 0 {
 			p.CachedInput = b.price(at(path, "cached_input"), &r.CachedInput)
+		}
+		if r.CacheWrite.Kind != 0 {
+			p.CacheWrite = b.price(at(path, "cache_write"), &r.CacheWrite)
 		}
 		out[Pattern(model)] = p
 	}

@@ -31,22 +31,24 @@ func TestUSDAmounts(t *testing.T) {
 // precision, saturating above the cost bound.
 func TestPriceOf(t *testing.T) {
 	t.Parallel()
-	p := config.Price{Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000} // $2.50, $1.25, $10 per M
-	for _, tt := range []struct{ in, cached, out, want int64 }{
-		{21, 10, 9, 155}, // 52.5 + 12.5 + 90
-		{1, 0, 0, 3},     // 2.5, rounded up
-		{0, 0, 0, 0},
-		{-5, 0, 0, 0},
-		{1 << 40, 0, 0, tokenlimit.MaxCost + 1},
-		{400_000, 0, 0, 1_000_000},
+	// $2.50, $1.25, $3.125 and $10 per M
+	p := config.Price{Input: 2_500_000, CachedInput: 1_250_000, CacheWrite: 3_125_000, Output: 10_000_000}
+	for _, tt := range []struct{ in, cached, written, out, want int64 }{
+		{21, 10, 0, 9, 155}, // 52.5 + 12.5 + 90
+		{21, 10, 4, 9, 168}, // 52.5 + 12.5 + 12.5 + 90
+		{1, 0, 0, 0, 3},     // 2.5, rounded up
+		{0, 0, 0, 0, 0},
+		{-5, 0, -1, 0, 0},
+		{1 << 40, 0, 0, 0, tokenlimit.MaxCost + 1},
+		{400_000, 0, 0, 0, 1_000_000},
 	} {
-		if got := p.Of(tt.in, tt.cached, tt.out); got != tt.want {
-			t.Errorf("Of(%d, %d, %d) = %d, want %d", tt.in, tt.cached, tt.out, got, tt.want)
+		if got := p.Of(tt.in, tt.cached, tt.written, tt.out); got != tt.want {
+			t.Errorf("Of(%d, %d, %d, %d) = %d, want %d", tt.in, tt.cached, tt.written, tt.out, got, tt.want)
 		}
 	}
 	// 2^40 - 1 tokens at the largest price: a product above 2^64.
 	huge := config.Price{Input: config.MaxPrice}
-	if got := huge.Of(3, 0, 0); got != 3*config.MaxPrice/1_000_000 {
+	if got := huge.Of(3, 0, 0, 0); got != 3*config.MaxPrice/1_000_000 {
 		t.Errorf("huge price: %d", got)
 	}
 }
@@ -57,7 +59,7 @@ func TestSpendConfig(t *testing.T) {
 prices:
   gpt-4o: {input: 2.50, output: 10}
   gpt-4o*: {input: 5, output: 15}
-  "*": {input: 1, output: 1, cached_input: 0.1}
+  "*": {input: 1, output: 1, cached_input: 0.1, cache_write: 1.25}
 limits:
   - {name: day, key: [api_key], unit: usd, algorithm: fixed_window, limit: 5.00/day}
   - {name: bucket, key: [api_key], unit: usd, algorithm: token_bucket, capacity: 1.5, refill: 0.25/h}
@@ -84,7 +86,10 @@ api_keys:
 	if _, p, _ := cfg.PriceOf("claude"); p.CachedInput != 100_000 {
 		t.Errorf("cached_input %d, want 100,000", p.CachedInput)
 	}
-	if _, p, _ := cfg.PriceOf("gpt-4o"); p.CachedInput != p.Input {
-		t.Errorf("no cached_input: %d, want the input price %d", p.CachedInput, p.Input)
+	if _, p, _ := cfg.PriceOf("claude"); p.CacheWrite != 1_250_000 {
+		t.Errorf("cache_write %d, want 1,250,000", p.CacheWrite)
+	}
+	if _, p, _ := cfg.PriceOf("gpt-4o"); p.CachedInput != p.Input || p.CacheWrite != p.Input {
+		t.Errorf("no cached_input nor cache_write: %d, %d; want the input price %d", p.CachedInput, p.CacheWrite, p.Input)
 	}
 }

@@ -29,8 +29,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_proxy_tokens_total",
-			Help: "LLM tokens of settled calls, by model (a prices entry, or other) and direction (input, output).",
-		}, []string{"model", "direction"}),
+			Help: "LLM tokens of settled calls, by model (a prices entry, or other), direction (input, output) and class: input is uncached, cached (read from the prompt cache) or cache_write; output is reasoning or text.",
+		}, []string{"model", "direction", "class"}),
 		spend: &spendCounter{micros: map[string]int64{}, desc: prometheus.NewDesc("tokenlimit_proxy_spend_usd_total",
 			"US dollars settled calls cost by the prices table, by model (a prices entry, or other).", []string{"model"}, nil)},
 		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -66,8 +66,11 @@ func (m *Metrics) settled(model string, s Settlement) {
 	if m == nil || s.Kind == Passthrough {
 		return
 	}
-	m.tokens.WithLabelValues(model, "input").Add(float64(s.Input))
-	m.tokens.WithLabelValues(model, "output").Add(float64(s.Output))
+	m.tokens.WithLabelValues(model, "input", "uncached").Add(float64(s.Input - s.Cached - s.CacheWrite))
+	m.tokens.WithLabelValues(model, "input", "cached").Add(float64(s.Cached))
+	m.tokens.WithLabelValues(model, "input", "cache_write").Add(float64(s.CacheWrite))
+	m.tokens.WithLabelValues(model, "output", "reasoning").Add(float64(s.Reasoning))
+	m.tokens.WithLabelValues(model, "output", "text").Add(float64(s.Output - s.Reasoning))
 	m.spend.add(model, s.Spend)
 }
 

@@ -62,9 +62,10 @@ func TestObservability(t *testing.T) {
 		labels []string // name, value pairs
 		want   float64
 	}{
-		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input"}, 5 * 31},
-		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "output"}, 5 * 9},
-		{"tokenlimit_proxy_tokens_total", []string{"model", "other", "direction", "input"}, 31},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input", "class", "uncached"}, 5 * 31},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "input", "class", "cached"}, 0},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "gpt-4o", "direction", "output", "class", "text"}, 5 * 9},
+		{"tokenlimit_proxy_tokens_total", []string{"model", "other", "direction", "input", "class", "uncached"}, 31},
 		// 31 × $2.50/M + 9 × $10/M = 167.5 µ$, rounded up, five times:
 		// exactly 0.00084, where a float sum of 0.000168s gives
 		// 0.0008399999999999999.

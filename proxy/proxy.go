@@ -175,6 +175,10 @@ type Settlement struct {
 	// Input and Output split Actual: input tokens (cached ones included)
 	// and output tokens.
 	Input, Output int64
+	// Cached and CacheWrite are the parts of Input read from and written
+	// to the provider's prompt cache; Reasoning the part of Output spent
+	// reasoning.
+	Cached, CacheWrite, Reasoning int64
 	// ReservedSpend and Spend are the prices of Reserved and Actual in
 	// micro-dollars; zero for a model without a price.
 	ReservedSpend, Spend int64
@@ -498,7 +502,8 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 			p.log.Error("settle failed; the estimate stands", "request_id", c.id, "error", err)
 		}
 		s := Settlement{RequestID: c.id, Kind: c.kind, Model: c.est.Model, Actual: actual,
-			Input: min(addSat(used.Input, used.Cached), actual), Output: used.Output, Spend: spend, Basis: basis, Err: err}
+			Input: min(used.Input, actual), Output: used.Output, Cached: used.Cached, CacheWrite: used.CacheWrite, Reasoning: used.Reasoning,
+			Spend: spend, Basis: basis, Err: err}
 		if c.kind != Passthrough {
 			s.Reserved, s.ReservedSpend = c.est.Total(), c.req.Spend
 		}
@@ -529,6 +534,7 @@ func (p *Proxy) accessLog(c *call, s Settlement) {
 	p.log.Log(context.Background(), level, "call", "request_id", c.id, "api", c.kind.String(), "model", c.est.Model,
 		"key", redact.Hint(c.req.Descriptors["api_key"]), "status", c.status,
 		"estimate_tokens", s.Reserved, "estimate_usd", config.FormatUSD(s.ReservedSpend),
-		"tokens", s.Actual, "input_tokens", s.Input, "output_tokens", s.Output, "usd", config.FormatUSD(s.Spend),
+		"tokens", s.Actual, "input_tokens", s.Input, "cached_input_tokens", s.Cached, "cache_write_tokens", s.CacheWrite,
+		"output_tokens", s.Output, "reasoning_tokens", s.Reasoning, "usd", config.FormatUSD(s.Spend),
 		"basis", string(s.Basis), "limits", limits, "error", s.Err)
 }

@@ -20,7 +20,7 @@ import (
 // usage is the usage an upstream reports: prompt/completion/total tokens
 // for chat, completions and embeddings; input/output tokens for the
 // Responses API; input/output tokens and the prompt cache's for Anthropic's
-// Messages API.
+// Messages API; and the cached and reasoning parts each API details.
 type usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
@@ -32,28 +32,38 @@ type usage struct {
 	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 	// The cached part of prompt_tokens (chat) and input_tokens (Responses).
-	PromptDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	InputDetails struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
+	PromptDetails tokenDetails `json:"prompt_tokens_details"`
+	InputDetails  tokenDetails `json:"input_tokens_details"`
+	// The reasoning part of completion_tokens (chat) and output_tokens
+	// (Responses).
+	CompletionDetails tokenDetails `json:"completion_tokens_details"`
+	OutputDetails     tokenDetails `json:"output_tokens_details"`
 }
 
-// bill splits the usage as providers price it. The Responses API's
+// tokenDetails is OpenAI's breakdown of input or output tokens.
+type tokenDetails struct {
+	CachedTokens    int64 `json:"cached_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+}
+
+// bill splits the usage into token classes. The Responses API's
 // input_tokens and chat's prompt_tokens include their cached tokens;
-// Anthropic's input_tokens exclude its cache reads and writes (writes are
-// priced as input here).
+// Anthropic's input_tokens exclude its cache reads and writes, which the
+// bill's Input includes. Parts beyond their wholes are clamped (see
+// bill.clamped).
 func (u usage) bill() bill {
 	if addSat(u.InputTokens, u.OutputTokens) > 0 || u.CacheCreationInputTokens > 0 || u.CacheReadInputTokens > 0 {
-		cached := min(u.InputDetails.CachedTokens, u.InputTokens)
-		return bill{Input: addSat(u.InputTokens-cached, u.CacheCreationInputTokens), Cached: addSat(cached, u.CacheReadInputTokens), Output: u.OutputTokens}
+		return bill{
+			Input:  addSat(addSat(u.InputTokens, u.CacheCreationInputTokens), u.CacheReadInputTokens),
+			Cached: addSat(min(u.InputDetails.CachedTokens, u.InputTokens), u.CacheReadInputTokens), CacheWrite: u.CacheCreationInputTokens,
+			Output: u.OutputTokens, Reasoning: u.OutputDetails.ReasoningTokens,
+		}.clamped()
 	}
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		return bill{Input: u.TotalTokens}
 	}
-	cached := min(u.PromptDetails.CachedTokens, u.PromptTokens)
-	return bill{Input: u.PromptTokens - cached, Cached: cached, Output: u.CompletionTokens}
+	return bill{Input: u.PromptTokens, Cached: u.PromptDetails.CachedTokens,
+		Output: u.CompletionTokens, Reasoning: u.CompletionDetails.ReasoningTokens}.clamped()
 }
 
 // total is what the call consumed: the input and output tokens when the
@@ -61,7 +71,7 @@ func (u usage) bill() bill {
 // total_tokens. It saturates at math.MaxInt64.
 func (u usage) total() int64 {
 	b := u.bill()
-	return addSat(addSat(b.Input, b.Cached), b.Output)
+	return addSat(b.Input, b.Output)
 }
 
 // believable reports whether u can be settled: no field is negative and
@@ -72,7 +82,8 @@ func (u *usage) believable() bool {
 		return false
 	}
 	for _, v := range []int64{u.PromptTokens, u.CompletionTokens, u.TotalTokens, u.InputTokens, u.OutputTokens,
-		u.CacheCreationInputTokens, u.CacheReadInputTokens, u.PromptDetails.CachedTokens, u.InputDetails.CachedTokens} {
+		u.CacheCreationInputTokens, u.CacheReadInputTokens, u.PromptDetails.CachedTokens, u.InputDetails.CachedTokens,
+		u.CompletionDetails.ReasoningTokens, u.OutputDetails.ReasoningTokens} {
 		if v < 0 {
 			return false
 		}

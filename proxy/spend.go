@@ -14,17 +14,37 @@ import (
 // reserves the price of its estimate and settles to the price of the tokens
 // it used, in whole micro-dollars, by the configuration's prices table.
 
-// bill is what a call consumed, split as providers price it.
+// bill is what a call consumed, in the token classes providers report and
+// price. Its parts never exceed their wholes (see clamped).
 type bill struct {
-	// Input is input tokens at the input price (Anthropic's cache writes
-	// included), Cached input tokens read from the prompt cache, Output the
-	// output tokens (reasoning included).
-	Input, Cached, Output int64
+	// Input is every input token, cached or not; Cached is the part read
+	// from the provider's prompt cache, CacheWrite the part written to it
+	// (Anthropic's cache_creation_input_tokens).
+	Input, Cached, CacheWrite int64
+	// Output is every output token; Reasoning is the part spent reasoning.
+	Output, Reasoning int64
 }
 
-// tokens returns the bill's tokens, at most tokenlimit.MaxCost.
+// tokens returns the bill's tokens, input and output, at most
+// tokenlimit.MaxCost.
 func (b bill) tokens() int64 {
-	return min(addSat(addSat(b.Input, b.Cached), b.Output), tokenlimit.MaxCost)
+	return min(addSat(b.Input, b.Output), tokenlimit.MaxCost)
+}
+
+// uncached returns the input tokens neither read from nor written to the
+// prompt cache.
+func (b bill) uncached() int64 { return b.Input - b.Cached - b.CacheWrite }
+
+// clamped returns b with negative classes at 0 and parts within their
+// wholes: cached reads at most the input, cache writes at most what is left
+// of it, reasoning at most the output. An upstream that reports cached >
+// input is believed about the input.
+func (b bill) clamped() bill {
+	b.Input, b.Output = max(b.Input, 0), max(b.Output, 0)
+	b.Cached = min(max(b.Cached, 0), b.Input)
+	b.CacheWrite = min(max(b.CacheWrite, 0), b.Input-b.Cached)
+	b.Reasoning = min(max(b.Reasoning, 0), b.Output)
+	return b
 }
 
 // estimateBill is what the estimate reserves: the prompt at the input
@@ -38,7 +58,7 @@ func (p *Proxy) price(c *call, b bill) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return min(price.Of(b.Input, b.Cached, b.Output), tokenlimit.MaxCost), true
+	return min(price.Of(b.uncached(), b.Cached, b.CacheWrite, b.Output), tokenlimit.MaxCost), true
 }
 
 // priceEstimate sets the spend c reserves. A call of a model without a

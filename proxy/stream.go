@@ -247,10 +247,10 @@ func (s *eventStream) Close() error {
 		return err
 	}
 	used := bill{Input: s.c.est.Prompt}
-	if s.started.believable() && s.started.bill().Input+s.started.bill().Cached > 0 {
+	if s.started.believable() && s.started.bill().Input > 0 {
 		used = s.started.bill() // Anthropic's, reported when the stream began
 	}
-	used.Output = addSat(s.counted, s.p.count(s.c, s.forwarded.String()))
+	used.Output, used.Reasoning = addSat(s.counted, s.p.count(s.c, s.forwarded.String())), 0
 	s.p.settle(s.c, used, ByCount)
 	return err
 }

@@ -35,6 +35,9 @@ type behaviour struct {
 	// reported beside Prompt (its input_tokens); CacheRead is also the
 	// cached part of Prompt that chat and the Responses API report.
 	CacheWrite, CacheRead int64
+	// Reasoning is the reasoning part of Completion that chat and the
+	// Responses API report.
+	Reasoning int64
 	// RawUsage, if set, replaces the usage object of every answer.
 	RawUsage string
 	// Inject is written as it is after a Messages stream's first word.
@@ -137,6 +140,9 @@ func (b behaviour) chatUsage() string {
 	if b.CacheRead > 0 {
 		details = fmt.Sprintf(`,"prompt_tokens_details":{"cached_tokens":%d}`, b.CacheRead)
 	}
+	if b.Reasoning > 0 {
+		details += fmt.Sprintf(`,"completion_tokens_details":{"reasoning_tokens":%d}`, b.Reasoning)
+	}
 	return fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d%s}`, b.Prompt, b.Completion, b.Prompt+b.Completion, details)
 }
 
@@ -193,8 +199,8 @@ func (f *fakeUpstream) streamChat(w http.ResponseWriter, r *http.Request, b beha
 
 // response is a Responses API response object.
 func (b behaviour) response(model, status string) string {
-	u := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`,
-		b.Prompt, b.CacheRead, b.Completion, b.Prompt+b.Completion)
+	u := fmt.Sprintf(`{"input_tokens":%d,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}`,
+		b.Prompt, b.CacheRead, b.Completion, b.Reasoning, b.Prompt+b.Completion)
 	if b.NoUsage || status != "completed" {
 		u = "null"
 	}
