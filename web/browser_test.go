@@ -210,6 +210,40 @@ func (tb *tab) screenshots(name string) {
 	}
 }
 
+// phoneTable checks a table at 390 px phone width: nothing of it is behind
+// a sideways scroll, every body cell is in view with a value, and every
+// data cell shows its column's name beside its value (the row stacks).
+func (tb *tab) phoneTable(table string) {
+	tb.t.Helper()
+	tb.do(chromedp.EmulateViewport(390, 844))
+	defer tb.do(chromedp.EmulateViewport(1280, 800))
+	type cell struct {
+		Text, Label, Head string
+		Left, Right, W, H float64
+	}
+	cells := eval[[]cell](tb, `(() => { const t = document.querySelector('`+table+`');
+		const heads = [...t.tHead.rows[0].cells].map((th) => th.textContent);
+		return [...t.tBodies[0].rows].flatMap((tr) => [...tr.cells].map((c, i) => { const r = c.getBoundingClientRect();
+			return {text: c.textContent.trim(), label: c.tagName === 'TD' ? getComputedStyle(c, '::before').content : '"' + heads[i] + '"',
+				head: heads[i], left: r.left, right: r.right, w: r.width, h: r.height}; })); })()`)
+	if len(cells) == 0 {
+		tb.t.Fatalf("%s has no cells", table)
+	}
+	width := eval[float64](tb, `window.innerWidth`)
+	for _, c := range cells {
+		if c.Text == "" || c.W <= 0 || c.H <= 0 || c.Left < 0 || c.Right > width+1 {
+			tb.t.Errorf("%s at 390 px: %s cell %q spans %.0f to %.0f px (%.0fx%.0f), want it in view with a value",
+				table, c.Head, c.Text, c.Left, c.Right, c.W, c.H)
+		}
+		if c.Label != strconv.Quote(c.Head) {
+			tb.t.Errorf("%s at 390 px: %s cell %q is labelled %s, want its column's name", table, c.Head, c.Text, c.Label)
+		}
+	}
+	if eval[bool](tb, `(() => { const w = document.querySelector('`+table+`').parentElement; return w.scrollWidth > w.clientWidth + 1; })()`) {
+		tb.t.Errorf("%s at 390 px scrolls sideways", table)
+	}
+}
+
 // logEntries returns the data-allowed and data-retry-ms of a log's entries,
 // oldest first.
 func logEntries(tb *tab, list string) (allowed []bool, retryMs []int64, text []string) {
@@ -365,6 +399,10 @@ func TestBrowser(t *testing.T) {
 		tb.wait(cell("llm-budget", "allowed") + `.textContent === '8'`)
 		// The shadow limit (2 a minute) saw dora's five admitted requests.
 		tb.wait(cell("watch", "shadow") + `.textContent === '3'`)
+		// ... and admitted two of dora's and erin's one: a shadow limit's
+		// admissions are allowed decisions.
+		tb.wait(cell("watch", "allowed") + `.textContent === '3'`)
+		tb.phoneTable("#ov-table")
 		if store := eval[string](tb, `document.querySelector('#ov-store').textContent`); store != "Embedded, in memory" {
 			t.Errorf("store %q", store)
 		}
@@ -418,6 +456,7 @@ func TestBrowser(t *testing.T) {
 		if key := eval[string](tb, `document.querySelector('#lim-table tbody tr td code').textContent`); key != "hard-cap|user=<user>" {
 			t.Errorf("hard-cap's key %q", key)
 		}
+		tb.phoneTable("#lim-table")
 		tb.screenshots("limits")
 	})
 
@@ -502,6 +541,7 @@ limits:
 		tb.do(chromedp.SetValue(chromedp.ID("ins-token"), "s3cret"), chromedp.SetValue(chromedp.ID("ins-user"), "frank"))
 		tb.click("#ins-go")
 		tb.wait(`document.querySelectorAll('#ins-table tbody tr').length === 2`)
+		tb.phoneTable("#ins-table")
 		remaining := `document.querySelector('#ins-table tr[data-limit="llm-budget"] td[data-remaining]').dataset.remaining`
 		// 3 taken, and 2 back per second since (the browser runs on the
 		// real clock; a loaded machine takes seconds to open the tab).

@@ -16,6 +16,14 @@
     e.append(...kids);
     return e;
   }
+  // setRows replaces a table's body with rows, and labels each cell with
+  // its column's header (data-label), which a phone-width screen shows
+  // beside the value when the table stacks (see .stack in app.css).
+  function setRows(table, rows) {
+    const heads = Array.from(table.tHead.rows[0].cells, (th) => th.textContent);
+    for (const tr of rows) Array.from(tr.cells).forEach((c, i) => c.setAttribute('data-label', heads[i] || ''));
+    table.tBodies[0].replaceChildren(...rows);
+  }
   function svg(tag, attrs = {}) {
     const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
     for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
@@ -95,7 +103,10 @@
   // ---- Overview: live counts from /ui/api/overview/stream --------------
   const overview = (() => {
     const groups = {
-      allowed: ['allowed'], denied: ['denied'], shadow: ['shadow_denied'],
+      // A shadow limit never denies: what it admits is allowed (as
+      // tokenlimit_decisions_total counts it, result="shadow_allowed"),
+      // what it would have denied has a column of its own.
+      allowed: ['allowed', 'shadow_allowed'], denied: ['denied'], shadow: ['shadow_denied'],
       failopen: ['fail_open_allowed', 'fail_open_denied'], failclosed: ['fail_closed'],
     };
     let data = null, stream = null, timer = 0;
@@ -161,7 +172,7 @@
         return el('tr', {}, el('th', { scope: 'row', text: l.name }), ...cells,
           el('td', { class: 'num', 'data-limit': l.name, 'data-col': 'last', text: num(now) }));
       });
-      $('#ov-table tbody').replaceChildren(...rows);
+      setRows($('#ov-table'), rows);
     }
 
     function render() {
@@ -244,7 +255,7 @@
     show: () => guard('#lim-status', async () => {
       const d = await loadLimits();
       $('#lim-version').textContent = `Configuration version ${d.config_version}.`;
-      $('#lim-table tbody').replaceChildren(...d.limits.map((l) => {
+      setRows($('#lim-table'), d.limits.map((l) => {
         const match = Object.entries(l.match || {});
         const key = l.key.length ? l.name + '|' + l.key.map((k) => `${k}=<${k}>`).join('|') : l.name + ' (one budget for all)';
         return el('tr', {},
@@ -293,7 +304,7 @@
       const d = await api('/ui/api/inspect', { descriptors: descriptors() }, auth());
       const table = $('#ins-table');
       table.hidden = !d.limits.length;
-      table.tBodies[0].replaceChildren(...d.limits.map((s) => el('tr', { 'data-limit': s.name },
+      setRows(table, d.limits.map((s) => el('tr', { 'data-limit': s.name },
         el('th', { scope: 'row' }, s.name, s.shadow ? ' (shadow)' : ''),
         el('td', {}, el('code', { text: s.key })),
         el('td', { text: s.policy }),
