@@ -39,6 +39,26 @@ for pkg in nginx-light:nginx caddy:caddy; do
 done
 echo "==> $( (command -v nginx >/dev/null && nginx -v || /usr/sbin/nginx -v) 2>&1), caddy $(caddy version)"
 
+# podman and runc: the container image's tests (deploy/image_test.go) build
+# it with scripts/image.sh and run it.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+	echo "==> podman or runc missing: installing them (apt-get install podman runc)"
+	as_root apt-get update
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y podman runc
+fi
+echo "==> $(podman --version), $(runc --version | head -1)"
+
+# helm, pinned (deploy/tools_test.go's helmVersion): the chart's tests run
+# helm lint and helm template. Built from source once per machine (it takes
+# minutes) into a cache directory the tests look in.
+HELM_VERSION="$(sed -n 's/^const helmVersion = "\(v[0-9.]*\)"$/\1/p' deploy/tools_test.go)"
+helm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tokenlimit/tools/helm-$HELM_VERSION"
+if [ ! -x "$helm_dir/helm" ]; then
+	echo "==> helm $HELM_VERSION missing: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION into $helm_dir (minutes, once per machine)"
+	GOBIN="$helm_dir" GOWORK=off go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+echo "==> $("$helm_dir/helm" version --short)"
+
 # Node and the official Anthropic and OpenAI SDKs (each pinned in its
 # package-lock.json): the proxy's tests drive them through the proxy
 # (proxy/anthropic_sdk_test.go, proxy/retry_test.go).
