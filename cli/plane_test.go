@@ -4,15 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/service"
 )
 
 // childArgs, in the environment, makes the test binary run the command
@@ -134,25 +139,24 @@ func TestPlaneSurvivesKill9(t *testing.T) {
 	}
 }
 
-// TestProxyServesThePlane: the proxy manages the plane as serve does.
+// TestProxyServesThePlane: the proxy's handler serves the plane's admin
+// routes as serve does, answers 404 for other admin paths, and passes
+// everything else to the proxy.
 func TestProxyServesThePlane(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := newSyncBuffer()
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, []string{"proxy", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
-			"--admin-token", "secret"}, logs.w, io.Discard)
-		logs.w.Close()
-	}()
-	base := "http://" + logs.addr(t, "proxying")
-	keepLines(logs)
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("proxy: %v", err)
-		}
-	}()
+	var svc *service.Service
+	pl, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{Logger: testkit.Quiet(), KnownPlan: func(n string) bool { return svc.KnownPlan(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc = testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: testkit.ParseConfig(t, "limits:\n  - {name: rpm, key: [api_key], algorithm: fixed_window, limit: 10/min}\n"),
+		Start: time.Now(), Edit: func(o *service.Options) { o.Plane = pl }}).Service
+	var proxied []string
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { proxied = append(proxied, r.URL.Path) })
+	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate("secret", false), Who: "admin", Log: testkit.Quiet(), MaxBody: 1 << 16}
+	srv := httptest.NewServer(withAdmin(upstream, admin))
+	defer srv.Close()
+	base := srv.URL
 	if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated || body["id"] != "acme" {
 		t.Fatalf("POST teams through the proxy: %d %v", code, body)
 	}
@@ -164,6 +168,10 @@ func TestProxyServesThePlane(t *testing.T) {
 		t.Fatalf("usage through the proxy: %d %v", code, body)
 	}
 	if code, _ := call(t, http.MethodGet, base+"/v1/admin/nothing", ""); code != http.StatusNotFound {
-		t.Fatalf("an unknown admin path: %d, want 404 (never forwarded upstream)", code)
+		t.Fatalf("an unknown admin path: %d, want 404", code)
+	}
+	call(t, http.MethodPost, base+"/v1/chat/completions", `{}`)
+	if len(proxied) != 1 || proxied[0] != "/v1/chat/completions" {
+		t.Fatalf("the proxy got %v, want only /v1/chat/completions", proxied)
 	}
 }

@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -107,5 +108,10 @@ func decodeKey(r Record) (*Key, error) {
 	if len(s.Digest) != 64 {
 		return nil, fmt.Errorf("plane: key %s: no digest", r.ID)
 	}
-	return &Key{ID: r.ID, Team: s.Team, Digest: s.Digest, PrevDigest: s.PrevDigest, PrevUntil: timeOf(s.PrevUntil), Common: c}, nil
+	if _, err := hex.DecodeString(s.Digest); err != nil || (s.PrevDigest != "" && len(s.PrevDigest) != 64) {
+		return nil, fmt.Errorf("plane: key %s: a digest is not 64 hex digits", r.ID)
+	}
+	k := &Key{ID: r.ID, Team: s.Team, Digest: s.Digest, PrevDigest: s.PrevDigest, PrevUntil: timeOf(s.PrevUntil), Common: c}
+	k.prepare()
+	return k, nil
 }

@@ -3,6 +3,7 @@ package plane
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,7 +42,7 @@ type Plane struct {
 	opts  Options
 
 	keys    sync.Map // id -> *Key
-	digests sync.Map // digest (current or in its grace period) -> *Key
+	digests digestIndex // by digest, current or in its grace period
 	teams   sync.Map // id -> *Team
 
 	mu sync.Mutex // serializes apply
@@ -162,9 +163,9 @@ func (p *Plane) applyOne(r Record) {
 		var k *Key
 		if k, err = decodeKey(r); err == nil {
 			p.keys.Store(k.ID, k)
-			p.digests.Store(k.Digest, k)
+			p.digests.put(k.Digest, k)
 			if k.PrevDigest != "" {
-				p.digests.Store(k.PrevDigest, k)
+				p.digests.put(k.PrevDigest, k)
 			}
 		}
 	default:
@@ -184,9 +185,9 @@ func (p *Plane) forget(kind Kind, id string) {
 	}
 	if old, ok := p.keys.LoadAndDelete(id); ok {
 		k := old.(*Key)
-		p.digests.CompareAndDelete(k.Digest, k)
+		p.digests.remove(k.Digest, k)
 		if k.PrevDigest != "" {
-			p.digests.CompareAndDelete(k.PrevDigest, k)
+			p.digests.remove(k.PrevDigest, k)
 		}
 	}
 }
@@ -195,13 +196,12 @@ func (p *Plane) forget(kind Kind, id string) {
 // for none), or an error matching ErrUnauthorized: unknown or revoked,
 // past its rotation grace, disabled or expired (the key or its team).
 func (p *Plane) Authenticate(secret string, now time.Time) (*Key, *Team, error) {
-	d := Digest(secret)
-	v, ok := p.digests.Load(d)
-	if !ok {
+	sum := sha256.Sum256([]byte(secret))
+	k := p.digests.get(&sum)
+	if k == nil {
 		return nil, nil, ErrUnknownKey
 	}
-	k := v.(*Key)
-	if !sameDigest(k.Digest, d) && !(sameDigest(k.PrevDigest, d) && now.Before(k.PrevUntil)) {
+	if !sameDigest(k.raw[:], sum[:]) && !(sameDigest(k.prevRaw[:], sum[:]) && now.Before(k.PrevUntil)) {
 		return nil, nil, ErrUnknownKey
 	}
 	if err := usable(&k.Common, now); err != nil {
@@ -209,6 +209,7 @@ func (p *Plane) Authenticate(secret string, now time.Time) (*Key, *Team, error) 
 	}
 	var team *Team
 	if k.Team != "" {
+		var ok bool
 		if team, ok = p.Team(k.Team); !ok {
 			return nil, nil, ErrUnknownKey
 		}

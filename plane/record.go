@@ -47,6 +47,10 @@ type Key struct {
 	PrevDigest string
 	PrevUntil  time.Time
 	Common
+	// Derived at decoding (prepare): the api_key descriptor value that
+	// keys its budgets, and the raw digests (zero for none).
+	value        string
+	raw, prevRaw [32]byte
 }
 
 // Common is what teams and keys share.

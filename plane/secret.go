@@ -36,9 +36,9 @@ func Digest(secret string) string {
 // be unknown).
 func IsSecret(s string) bool { return strings.HasPrefix(s, SecretPrefix) }
 
-// sameDigest compares two digests in constant time.
-func sameDigest(a, b string) bool {
-	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+// sameDigest compares two raw digests in constant time.
+func sameDigest(a, b []byte) bool {
+	return subtle.ConstantTimeCompare(a, b) == 1
 }
 
 // newID returns a key's id: "key_" and 24 hex digits.
@@ -50,4 +50,14 @@ func newID() string {
 
 // KeyValue is the value of the api_key descriptor that keys a plane key's
 // budgets: its id, not its secret, so that a rotation keeps its budgets.
-func KeyValue(k *Key) string { return "plane:" + k.ID }
+func KeyValue(k *Key) string { return k.value }
+
+// prepare fills k's derived fields: its descriptor value and raw digests.
+func (k *Key) prepare() {
+	k.value = "plane:" + k.ID
+	hex.Decode(k.raw[:], []byte(k.Digest))
+	k.prevRaw = [32]byte{}
+	if k.PrevDigest != "" {
+		hex.Decode(k.prevRaw[:], []byte(k.PrevDigest))
+	}
+}
