@@ -147,7 +147,9 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	f.upstream = upstream.Redacted() // for the log: no password
-	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
+	// The token is read here, not as the flag's default, which --help
+	// would print.
+	if f.adminToken == "" {
 		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
 	}
 	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(f.adminToken, f.adminAnywhere), Who: "admin", Log: log, MaxBody: f.maxBodyBytes}

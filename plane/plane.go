@@ -41,9 +41,9 @@ type Plane struct {
 	store Store
 	opts  Options
 
-	keys    sync.Map // id -> *Key
+	keys    sync.Map    // id -> *Key
 	digests digestIndex // by digest, current or in its grace period
-	teams   sync.Map // id -> *Team
+	teams   sync.Map    // id -> *Team
 
 	mu sync.Mutex // serializes apply
 	// versions holds the last version applied of each record, deletions
