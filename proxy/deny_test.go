@@ -95,10 +95,10 @@ func TestRequestLimit429(t *testing.T) {
 func TestStoreFailing(t *testing.T) {
 	t.Parallel()
 	testkit.EachStore(t, func(t *testing.T, store string) {
-		var closed, open failingStore
+		var closed, open testkit.FaultStore
 		failClosed := strings.Replace(exampleConfig, "    cost: request\n", "    cost: request\n    failure_mode: closed\n", 1)
 		ec := newEnv(t, store, withConfig(failClosed), withStore(func(s tokenlimit.Store) tokenlimit.Store { closed.Store = s; return &closed }))
-		closed.fail.Store(true)
+		closed.Set(testkit.Down)
 		resp, body := ec.post("/v1/chat/completions", alice, chatBody)
 		want := `{"error":{"message":"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.",` +
 			`"type":"server_error","param":null,"code":"rate_limiter_unavailable"}}` + "\n"
@@ -110,7 +110,7 @@ func TestStoreFailing(t *testing.T) {
 		}
 
 		eo := newEnv(t, store, withStore(func(s tokenlimit.Store) tokenlimit.Store { open.Store = s; return &open }))
-		open.fail.Store(true)
+		open.Set(testkit.Down)
 		if resp, _ := eo.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
 			t.Errorf("fail open: status %d, want 200", resp.StatusCode)
 		}

@@ -3,14 +3,12 @@ package proxy_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,42 +212,3 @@ func sseEvents(r io.Reader) ([]string, error) {
 	return events, sc.Err()
 }
 
-// failingStore is a store that fails every call while fail is set.
-type failingStore struct {
-	tokenlimit.Store
-	fail atomic.Bool
-}
-
-var errStoreDown = errors.New("store down")
-
-// Describe says what the wrapped store says: the service treats the
-// failing store as it would the real one.
-func (f *failingStore) Describe() tokenlimit.StoreInfo { return tokenlimit.Describe(f.Store) }
-
-func (f *failingStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if f.fail.Load() {
-		return time.Time{}, errStoreDown
-	}
-	return f.Store.Check(ctx, now, items, results)
-}
-
-func (f *failingStore) Adjust(ctx context.Context, now time.Time, adj []tokenlimit.Adjustment) error {
-	if f.fail.Load() {
-		return errStoreDown
-	}
-	return f.Store.Adjust(ctx, now, adj)
-}
-
-func (f *failingStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	if f.fail.Load() {
-		return tokenlimit.ReserveOutcome{}, errStoreDown
-	}
-	return f.Store.Reserve(ctx, now, req, results)
-}
-
-func (f *failingStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-	if f.fail.Load() {
-		return 0, errStoreDown
-	}
-	return f.Store.Settle(ctx, now, req)
-}

@@ -2,12 +2,10 @@ package service_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -91,7 +89,8 @@ func TestFullStoreIsNotAFailingStore(t *testing.T) {
 func TestFullLocalBudgetIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "memory", boundsConfig, t0, func(o *service.Options) {
-		o.Store = downStore{o.Store}
+		o.Store = &testkit.FaultStore{Store: o.Store, Info: testkit.Remote}
+		o.Store.(*testkit.FaultStore).Set(testkit.Down)
 		o.LocalMaxKeys = 1
 	})
 	if d := e.check(D{"user": "a"}, 1); !d.Allowed || !d.Limits[0].FailOpen {
@@ -107,15 +106,6 @@ func TestFullLocalBudgetIsBounded(t *testing.T) {
 	if h := e.svc.Health(); !h.KeySpaceFull || h.LocalKeys != 1 || h.LocalMaxKeys != 1 {
 		t.Errorf("Health() = %+v, want the local budget full", h)
 	}
-}
-
-// downStore fails every call, as an unreachable Redis does.
-type downStore struct{ tokenlimit.Store }
-
-var errDown = errors.New("connection refused")
-
-func (downStore) Check(context.Context, time.Time, []tokenlimit.Item, []tokenlimit.Result) (time.Time, error) {
-	return time.Time{}, errDown
 }
 
 // TestMaxKeysOverflow: a limit of 5/min per user with max_keys 100. Once

@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,52 +22,12 @@ limits:
     fail_open_share: 0.5
 `
 
-// switchStore fails every call while down is set, as an unreachable Redis
-// does, and otherwise passes it on; checks counts the Check calls passed
-// on. It does not describe itself, so a service takes it for a remote
-// store.
-type switchStore struct {
-	tokenlimit.Store
-	down   *atomic.Bool
-	checks *atomic.Int64
-}
-
-func (s switchStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if s.down.Load() {
-		return time.Time{}, errDown
-	}
-	s.checks.Add(1)
-	return s.Store.Check(ctx, now, items, results)
-}
-
-func (s switchStore) Adjust(ctx context.Context, now time.Time, adjs []tokenlimit.Adjustment) error {
-	if s.down.Load() {
-		return errDown
-	}
-	return s.Store.Adjust(ctx, now, adjs)
-}
-
-func (s switchStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	if s.down.Load() {
-		return tokenlimit.ReserveOutcome{}, errDown
-	}
-	return s.Store.Reserve(ctx, now, req, results)
-}
-
-func (s switchStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-	if s.down.Load() {
-		return 0, errDown
-	}
-	return s.Store.Settle(ctx, now, req)
-}
-
-// replica is one service sharing the store with the others, with a switch
-// of its own in front of it.
+// replica is one service sharing the store with the others, with a fault
+// store of its own in front of it (taken for a remote store).
 type replica struct {
-	svc    *service.Service
-	reg    *prometheus.Registry
-	down   atomic.Bool
-	checks atomic.Int64
+	svc   *service.Service
+	reg   *prometheus.Registry
+	store *testkit.FaultStore
 }
 
 // recoveryEnv is two replicas of a service on one store (memory or Redis),
@@ -94,9 +53,9 @@ func newRecoveryEnv(t *testing.T, store string, edit ...func(*service.Options)) 
 }
 
 func (e *recoveryEnv) replica(edit []func(*service.Options)) *replica {
-	r := &replica{reg: prometheus.NewRegistry()}
+	r := &replica{reg: prometheus.NewRegistry(), store: &testkit.FaultStore{Store: e.store, Info: testkit.Remote}}
 	opts := service.Options{
-		Store: switchStore{e.store, &r.down, &r.checks}, Clock: e.clock.Now, Registerer: r.reg, Logger: testkit.Quiet(),
+		Store: r.store, Clock: e.clock.Now, Registerer: r.reg, Logger: testkit.Quiet(),
 		StoreTimeout: 10 * time.Second, BreakerThreshold: 1, BreakerCooldown: time.Second,
 	}
 	for _, f := range edit {
@@ -139,8 +98,8 @@ func (e *recoveryEnv) outage(perReplica [2]int) [2]int {
 			e.t.Fatal("a request denied by the store with budget left")
 		}
 	}
-	e.a.down.Store(true)
-	e.b.down.Store(true)
+	e.a.store.Set(testkit.Down)
+	e.b.store.Set(testkit.Down)
 	var local [2]int
 	for i, r := range []*replica{e.a, e.b} {
 		// The store had 61 and 60 left at the replicas' last answers: the
@@ -167,11 +126,11 @@ func TestFailOpenRecoveryKeepsToTheLocalBudget(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newRecoveryEnv(t, store)
 		local := e.outage([2]int{40, 40})
-		e.a.down.Store(false)
-		e.b.down.Store(false)
+		e.a.store.Set(testkit.Healthy)
+		e.b.store.Set(testkit.Healthy)
 		e.clock.Advance(time.Second) // the breakers' cooldown
 
-		checksBefore := e.a.checks.Load()
+		checksBefore := e.a.store.Checks()
 		if got := e.run(e.a, 10, true); got != 0 {
 			t.Errorf("replica a back first, in recovery, with its local share spent: %d of 10 allowed, want 0", got)
 		}
@@ -181,7 +140,7 @@ func TestFailOpenRecoveryKeepsToTheLocalBudget(t *testing.T) {
 		}
 		// Of the store, the first request asked a peek (charging nothing),
 		// with the write-back before it; the others nothing.
-		if got := e.a.checks.Load() - checksBefore; got != 1 {
+		if got := e.a.store.Checks() - checksBefore; got != 1 {
 			t.Errorf("replica a asked the store %d checks in recovery with its local share spent, want 1 (the peek that writes back)", got)
 		}
 		if got := testkit.Metric(t, e.a.reg, "tokenlimit_fail_open_writeback_total", "limit", "open", "result", "ok"); got != float64(local[0]) {
@@ -207,8 +166,8 @@ func TestFailOpenRecoveryAdmitsOnBoth(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newRecoveryEnv(t, store)
 		e.outage([2]int{10, 0}) // a keeps 20 of its 30; b sees no outage
-		e.a.down.Store(false)
-		e.b.down.Store(false)
+		e.a.store.Set(testkit.Healthy)
+		e.b.store.Set(testkit.Healthy)
 		e.clock.Advance(time.Second)
 
 		if got := e.run(e.a, 1, false); got != 1 {
@@ -246,7 +205,7 @@ func TestFailOpenRecoveryEndsWithTheWindow(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newRecoveryEnv(t, store, func(o *service.Options) { o.FailOpenRecovery = 2 * time.Hour })
 		e.outage([2]int{40, 40})
-		e.a.down.Store(false)
+		e.a.store.Set(testkit.Healthy)
 		e.clock.Advance(time.Second)
 		e.run(e.a, 1, true)
 		e.clock.Advance(time.Minute)

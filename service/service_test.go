@@ -132,7 +132,9 @@ limits:
 	t.Run("silent store", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "memory", yml, t0, func(o *service.Options) {
-			o.Store = hangingStore{o.Store}
+			hanging := &testkit.FaultStore{Store: o.Store, Info: &tokenlimit.StoreInfo{Name: "custom", Remote: true}}
+			hanging.Set(testkit.Hang)
+			o.Store = hanging
 			o.StoreTimeout = 10 * time.Millisecond
 		})
 		if h := e.svc.Health(); h.Store != "custom" {
@@ -143,15 +145,6 @@ limits:
 			t.Errorf("a hanging store that says nothing: %s, want allowed on the fail-open local budget after StoreTimeout", describe(d))
 		}
 	})
-}
-
-// hangingStore answers no Check until its context ends, and does not say
-// what it is.
-type hangingStore struct{ tokenlimit.Store }
-
-func (hangingStore) Check(ctx context.Context, now time.Time, _ []tokenlimit.Item, _ []tokenlimit.Result) (time.Time, error) {
-	<-ctx.Done()
-	return now, ctx.Err()
 }
 
 // TestNegativeOptions: New refuses every negative duration and size,

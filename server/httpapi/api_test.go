@@ -1,17 +1,13 @@
 package httpapi_test
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
@@ -215,50 +211,6 @@ func TestHealth(t *testing.T) {
 	}
 }
 
-// failingStore fails every call until healed, like an unreachable Redis.
-type failingStore struct {
-	tokenlimit.Store
-	mu     sync.Mutex
-	failed bool
-}
-
-var errDown = errors.New("connection refused")
-
-// Describe makes the service treat the failing store as a Redis store
-// (remote: timeouts, the breaker and failure modes apply).
-func (f *failingStore) Describe() tokenlimit.StoreInfo {
-	return tokenlimit.StoreInfo{Name: "redis", Remote: true}
-}
-
-func (f *failingStore) fail(on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failed = on
-}
-
-func (f *failingStore) err() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failed {
-		return errDown
-	}
-	return nil
-}
-
-func (f *failingStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if err := f.err(); err != nil {
-		return time.Time{}, err
-	}
-	return f.Store.Check(ctx, now, items, results)
-}
-
-func (f *failingStore) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
-	if err := f.err(); err != nil {
-		return err
-	}
-	return f.Store.Reset(ctx, key, alg)
-}
-
 const failureModesConfig = `
 limits:
   - name: closed-cap
@@ -278,7 +230,7 @@ limits:
 // decided locally, /readyz is degraded; all recover with the store.
 func TestStoreFailing(t *testing.T) {
 	t.Parallel()
-	store := &failingStore{Store: testkit.MemStore(t)}
+	store := &testkit.FaultStore{Store: testkit.MemStore(t), Info: testkit.Remote}
 	b := memBackend()
 	e := newEnv(t, b, setup{config: failureModesConfig, store: store, opts: httpapi.Options{AdminToken: "tok"},
 		svc: func(o *service.Options) {
@@ -286,7 +238,7 @@ func TestStoreFailing(t *testing.T) {
 			o.BreakerCooldown = time.Second
 		}})
 	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "a", "route": "/v1/pay"}}`), http.StatusOK)
-	store.fail(true)
+	store.Set(testkit.Down)
 
 	r := e.post("/v1/check", `{"descriptors": {"user": "a", "route": "/v1/pay"}}`)
 	wantStatus(t, r, http.StatusServiceUnavailable)
@@ -322,7 +274,7 @@ func TestStoreFailing(t *testing.T) {
 	wantError(t, e.post("/v1/admin/reset", `{"descriptors": {"user": "a"}}`, "Authorization: Bearer tok"), http.StatusServiceUnavailable, "", "store failed")
 	wantError(t, e.post("/v1/admin/inspect", `{"descriptors": {"user": "a"}}`, "Authorization: Bearer tok"), http.StatusServiceUnavailable, "", "store failed")
 
-	store.fail(false)
+	store.Set(testkit.Healthy)
 	e.clock.Advance(time.Second)
 	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "a", "route": "/v1/pay"}}`), http.StatusOK)
 	if r := e.do(http.MethodGet, "/readyz", ""); r.status != http.StatusOK {
@@ -351,10 +303,10 @@ func TestLogsRedactAPIKeys(t *testing.T) {
 	// A store failure quoting the budget's key is logged without the api key:
 	// budget keys hold only its digest.
 	var failLog testkit.Buffer
-	store := &failingStore{Store: testkit.MemStore(t)}
+	store := &testkit.FaultStore{Store: testkit.MemStore(t), Info: testkit.Remote}
 	f := newEnv(t, memBackend(), setup{config: allDescriptorsConfig, store: store,
 		opts: httpapi.Options{Logger: slog.New(slog.NewJSONHandler(&failLog, nil)), AdminToken: "tok"}})
-	store.fail(true)
+	store.Set(testkit.Down)
 	desc := `{"descriptors": {"api_key": "` + key + `", "user": "u", "model": "m", "tenant": "t", "route": "/r", "ip": "192.0.2.1"}}`
 	wantStatus(t, f.post("/v1/admin/reset", desc, "Authorization: Bearer tok"), http.StatusServiceUnavailable)
 	out = failLog.String()
