@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -160,4 +161,42 @@ func TestFollowsAfterTrimAndFlush(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, 2*time.Second, "A forgets what Redis lost", func() bool { _, ok := a.plane.Team("one"); return !ok })
+}
+
+// BenchmarkPropagation is the time from a write answered on one replica to
+// the record in force on another (a key created on A authenticated on B).
+func BenchmarkPropagation(b *testing.B) {
+	srv := redistest.Start(b)
+	prefix := newPrefix()
+	open := func() *plane.Plane {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(rc.Close)
+		p, err := plane.Open(context.Background(), redisplane.New(func() (rueidis.Client, error) { return rc, nil }, redisplane.Options{Prefix: prefix}), plane.Options{Logger: testkit.Quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); p.Run(ctx) }()
+		b.Cleanup(func() { cancel(); <-done })
+		return p
+	}
+	a, other := open(), open()
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		_, secret, err := a.CreateKey(ctx, plane.Spec{Name: "k"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, _, err := other.Authenticate(secret, time.Now()); err == nil {
+				break
+			}
+			runtime.Gosched() // spinning on the cache: the measure is the latency
+		}
+	}
 }
