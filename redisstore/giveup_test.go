@@ -74,6 +74,61 @@ func TestCallersThatGiveUpChargeOnlyTheirOwnKeys(t *testing.T) {
 	}
 }
 
+// The same for reservations through the Store, whose callers reuse their
+// items and results slices from call to call as a pooling caller does: a
+// lane that read or wrote them after a caller gave up would race with the
+// caller's next call (-race), charge another key or answer another call.
+func TestReservationsThatGiveUpChargeOnlyTheirOwnKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	relay, err := tcprelay.Start(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { relay.Close() })
+	prefix := newPrefix()
+	st := newStore(t, rueidisclient.New(rueidisClient(t, relay.Addr())), callerTime(prefix))
+	// A first call with no deadline dials (see above).
+	if _, err := st.Check(context.Background(), storetest.Base, []tokenlimit.Item{{Key: giveUpKey(0), Limit: giveUpLimit(0)}}, make([]tokenlimit.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	const callers, calls = 64, 40
+	tallies := make([]giveUpTally, callers)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() { tallies[c] = giveUpReserving(t, st, relay, c, calls) })
+	}
+	wg.Wait()
+	relay.SetDelay(tcprelay.Replies, 0)
+	assertChargedOwnCalls(t, newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)), tallies)
+}
+
+// giveUpReserving is giveUp with reservations, made with one items and
+// one results slice that the caller rewrites for each call.
+func giveUpReserving(t *testing.T, st *redisstore.Store, relay *tcprelay.Relay, c, calls int) giveUpTally {
+	var tally giveUpTally
+	limit, key := giveUpLimit(c), giveUpKey(c)
+	items, results := make([]tokenlimit.Item, 1), make([]tokenlimit.Result, 1)
+	for i := range calls {
+		cost := 1 + rand.Int64N(5)
+		items[0], results[0] = tokenlimit.Item{Key: key, Limit: limit, Cost: cost}, tokenlimit.Result{}
+		relay.SetDelay(tcprelay.Replies, rand.N(5*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), giveUpDeadline(i))
+		req := tokenlimit.ReserveRequest{ID: tokenlimit.NewID(), Items: items, TTL: time.Hour}
+		out, err := st.Reserve(ctx, storetest.Base, req, results)
+		cancel()
+		if err != nil {
+			tally.errored += cost
+			continue
+		}
+		if !out.Status.Admitted() || results[0].Limit != limit.Quota {
+			t.Errorf("caller %d, reservation %d: %+v %+v, want an admitted answer of limit %d", c, i, out, results[0], limit.Quota)
+			continue
+		}
+		tally.admitted += cost
+	}
+	return tally
+}
+
 // giveUpLimit is caller c's limit: a quota no call exhausts, its own.
 func giveUpLimit(c int) tokenlimit.Limit {
 	return tokenlimit.FixedWindowLimit(int64(1_000_000+c), time.Hour)
