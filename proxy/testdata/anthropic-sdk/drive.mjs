@@ -3,6 +3,7 @@
 // API_KEY set (and MAX_RETRIES, else the SDK's default) prints one JSON
 // object: what the SDK returned or raised, and how long the call took.
 import Anthropic from '@anthropic-ai/sdk';
+import { report } from '../sdkreport.mjs';
 
 const params = {
   model: 'claude-sonnet-4-5',
@@ -36,27 +37,12 @@ async function call() {
   throw new Error(`unknown scenario ${scenario}`);
 }
 
-async function run() {
-  const start = performance.now();
-  let out;
-  try {
-    out = await call();
-  } catch (err) {
-    if (!(err instanceof Anthropic.APIError)) throw err;
-    out = {
-      class: err.constructor.name,
-      rateLimit: err instanceof Anthropic.RateLimitError,
-      status: err.status,
-      type: err.error?.error?.type,
-      message: err.error?.error?.message,
-      retryAfter: err.headers?.get('retry-after') ?? null,
-      shouldRetry: err.headers?.get('x-should-retry') ?? null,
-    };
-  }
-  return { ...out, elapsedMs: performance.now() - start };
-}
-
-run().then(
-  (out) => { process.stdout.write(JSON.stringify(out) + '\n'); },
-  (err) => { process.stderr.write(String(err?.stack ?? err) + '\n'); process.exit(1); },
-);
+report(call, (err) => err instanceof Anthropic.APIError && {
+  class: err.constructor.name,
+  rateLimit: err instanceof Anthropic.RateLimitError,
+  status: err.status,
+  type: err.error?.error?.type,
+  message: err.error?.error?.message,
+  retryAfter: err.headers?.get('retry-after') ?? null,
+  shouldRetry: err.headers?.get('x-should-retry') ?? null,
+});
