@@ -32,14 +32,15 @@ const grpcStreamWorkers = 256
 // listenGRPC serves gRPC on addr: the services register adds, server
 // reflection, and grpc.health.v1.Health, SERVING while ready reports true.
 // A serve error ends the program through fail.
-func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, ready func(context.Context) bool, register func(*grpc.Server) error) (*grpc.Server, error) {
+func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, ready func(context.Context) bool, register func(*grpc.Server) error, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--grpc-listen %s: %w", addr, err)
 	}
 	// rlsv3's codec decodes rate-limit requests and encodes their answers
 	// without protobuf's reflection; other messages go through protobuf.
-	srv := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers), grpc.ForceServerCodecV2(rlsv3.Codec()))
+	opts = append([]grpc.ServerOption{grpc.NumStreamWorkers(grpcStreamWorkers), grpc.ForceServerCodecV2(rlsv3.Codec())}, opts...)
+	srv := grpc.NewServer(opts...)
 	if err := register(srv); err != nil {
 		ln.Close()
 		return nil, err

@@ -122,7 +122,12 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, log)
+	tr, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tr, log)
+	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, tr, log)
 	if err != nil {
 		return err
 	}
@@ -139,7 +144,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.ResponseHeaderTimeout = f.upstreamTimeout
 	p, err := proxy.New(svc, proxy.Options{
-		Upstream: upstream, AnthropicUpstream: anthropic, Transport: transport, UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
+		Upstream: upstream, AnthropicUpstream: anthropic, Transport: tr.transport(transport), UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
 		MaxRetryWait: f.maxRetryWait, Tokenizer: tok, Logger: log, Metrics: metrics,
 	})
@@ -153,7 +158,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
 	}
 	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(f.adminToken, f.adminAnywhere), Who: "admin", Log: log, MaxBody: f.maxBodyBytes}
-	return serveProxy(ctx, log, f, file, svc, withAdmin(p, admin), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return serveProxy(ctx, log, f, file, svc, tr.handler(withAdmin(p, admin)), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 
 // withAdmin serves the quota plane's admin routes beside the proxy, and

@@ -180,7 +180,12 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, log)
+	tr, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing(tr, log)
+	svc, pl, reg, closeStore, err := newService(cfg, f.storeFlags, tr, log)
 	if err != nil {
 		return err
 	}
@@ -197,11 +202,12 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return run(ctx, log, f, file, svc, handler)
+	return run(ctx, log, f, file, svc, tr.handler(handler), tr.grpcOptions()...)
 }
 
 // run serves until ctx ends, then shuts everything down gracefully.
-func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, svc *service.Service, handler http.Handler) error {
+// grpcOpts are the gRPC server's options beyond listenGRPC's.
+func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, svc *service.Service, handler http.Handler, grpcOpts ...grpc.ServerOption) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	httpLn, err := net.Listen("tcp", f.listen)
@@ -216,7 +222,7 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, 
 
 	var grpcSrv *grpc.Server
 	if f.grpcListen != "" {
-		if grpcSrv, err = serveGRPC(f.grpcListen, svc, log, cancel); err != nil {
+		if grpcSrv, err = serveGRPC(f.grpcListen, svc, log, cancel, grpcOpts...); err != nil {
 			return err
 		}
 	}
@@ -252,11 +258,11 @@ func shutdown(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Server) e
 
 // serveGRPC serves the Rate Limit Service, health and reflection; health
 // says NOT_SERVING while the store is degraded, as /readyz answers 503.
-func serveGRPC(addr string, svc *service.Service, log *slog.Logger, fail context.CancelCauseFunc) (*grpc.Server, error) {
+func serveGRPC(addr string, svc *service.Service, log *slog.Logger, fail context.CancelCauseFunc, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	ready := func(context.Context) bool { return !svc.Health().Degraded }
 	return listenGRPC(addr, log, fail, ready, func(s *grpc.Server) error {
 		return rlsv3.Register(s, svc, rlsv3.Options{Logger: log})
-	})
+	}, opts...)
 }
 
 func servePprof(addr string, log *slog.Logger, fail context.CancelCauseFunc) (*http.Server, error) {
@@ -295,8 +301,9 @@ func parsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 
 // newService opens the store and builds the service on it, with a metrics
 // registry holding the service's metrics and Go's. Call the returned
-// function to close the store.
-func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Service, *plane.Plane, *prometheus.Registry, func(), error) {
+// function to close the store. With tracing (not nil) the decisions and
+// the store calls are traced.
+func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger) (*service.Service, *plane.Plane, *prometheus.Registry, func(), error) {
 	store, closeStore, err := openStore(f, log)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -310,8 +317,8 @@ func newService(cfg *config.Config, f storeFlags, log *slog.Logger) (*service.Se
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err = service.New(cfg, service.Options{
-		Store: store, StoreTimeout: f.storeTimeout,
-		Registerer: reg, Logger: log, Plane: pl,
+		Store: tr.store(store), StoreTimeout: f.storeTimeout,
+		Registerer: reg, Logger: log, Plane: pl, Tracer: tr.serviceTracer(),
 	})
 	if err != nil {
 		closePlane()

@@ -45,6 +45,13 @@ func PolicyOf(l tokenlimit.Limit) Policy {
 // Decision.Limits, from the limit each was decided under (api-key overrides
 // and calendar windows included).
 func (s *Service) CheckMerged(ctx context.Context, reqs ...Request) (Decision, []Policy, error) {
+	ctx, span := s.startDecision(ctx, OpCheck)
+	d, policies, err := s.checkMerged(ctx, reqs)
+	endDecision(span, &d, err)
+	return d, policies, err
+}
+
+func (s *Service) checkMerged(ctx context.Context, reqs []Request) (Decision, []Policy, error) {
 	start := time.Now()
 	var buf planBuffer
 	p, err := s.plan(reqs, buf[:0])

@@ -58,6 +58,13 @@ func (s *Service) Reserve(ctx context.Context, id string, reqs ...Request) (Deci
 // fails, the reservation is taken on the local fail-open budget under the
 // same id (a fail-closed limit makes it Unavailable).
 func (s *Service) ReserveWith(ctx context.Context, o ReserveOptions, reqs ...Request) (Decision, error) {
+	ctx, span := s.startDecision(ctx, OpReserve)
+	d, err := s.reserveWith(ctx, o, reqs)
+	endDecision(span, &d, err)
+	return d, err
+}
+
+func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Request) (Decision, error) {
 	start := time.Now()
 	id := o.ID
 	if id == "" {
@@ -163,6 +170,13 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (tokenlim
 
 // settle is Settle with a spend for limits in usd (nil keeps their charge).
 func (s *Service) settle(ctx context.Context, id string, actual int64, spend *int64) (tokenlimit.SettleStatus, error) {
+	ctx, span := s.startDecision(ctx, OpSettle)
+	st, err := s.settleUntraced(ctx, id, actual, spend)
+	endSettle(span, st, err)
+	return st, err
+}
+
+func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, spend *int64) (tokenlimit.SettleStatus, error) {
 	switch {
 	case id == "":
 		return 0, invalid("id: required")

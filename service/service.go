@@ -79,6 +79,8 @@ type Options struct {
 	// a request whose api_key descriptor is a plane key's secret is checked
 	// against the key's limits, its team's and its plan's (see planeLevels).
 	Plane *plane.Plane
+	// Tracer, if not nil, records a span for each decision (trace.go).
+	Tracer Tracer
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -391,6 +393,13 @@ func Tighter(a, b tokenlimit.Result) bool {
 // the enforced limits of all requests are charged only if every one admits.
 // Shadow limits are checked after, and never deny.
 func (s *Service) Check(ctx context.Context, reqs ...Request) (Decision, error) {
+	ctx, span := s.startDecision(ctx, OpCheck)
+	d, err := s.check(ctx, reqs)
+	endDecision(span, &d, err)
+	return d, err
+}
+
+func (s *Service) check(ctx context.Context, reqs []Request) (Decision, error) {
 	start := time.Now()
 	var buf planBuffer
 	plan, err := s.plan(reqs, buf[:0])

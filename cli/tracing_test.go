@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// otlpReceiver is an in-process OTLP/HTTP trace receiver: it decodes each
+// export request (protobuf) and keeps its spans.
+type otlpReceiver struct {
+	mu      sync.Mutex
+	spans   []*tracepb.Span
+	arrived chan struct{} // receives after each export, without blocking
+}
+
+func newOTLPReceiver(t *testing.T) (*otlpReceiver, *httptest.Server) {
+	r := &otlpReceiver{arrived: make(chan struct{}, 1)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, err := io.ReadAll(req.Body)
+		var export coltracepb.ExportTraceServiceRequest
+		if err == nil {
+			err = proto.Unmarshal(body, &export)
+		}
+		if req.URL.Path != "/v1/traces" || err != nil {
+			t.Errorf("OTLP export to %s: %v", req.URL.Path, err)
+			http.Error(w, "bad export", http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		for _, rs := range export.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case r.arrived <- struct{}{}:
+		default:
+		}
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return r, srv
+}
+
+// waitFor waits until the spans of trace include one named name and
+// returns the trace's spans by name.
+func (r *otlpReceiver) waitFor(t *testing.T, traceID []byte, name string) map[string]*tracepb.Span {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		r.mu.Lock()
+		byName := map[string]*tracepb.Span{}
+		for _, s := range r.spans {
+			if bytes.Equal(s.TraceId, traceID) {
+				byName[s.Name] = s
+			}
+		}
+		r.mu.Unlock()
+		if byName[name] != nil {
+			return byName
+		}
+		select {
+		case <-r.arrived:
+		case <-deadline:
+			t.Fatalf("no span %q in trace %x; got %v", name, traceID, byName)
+		}
+	}
+}
+
+// all returns every span received so far.
+func (r *otlpReceiver) all() []*tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*tracepb.Span(nil), r.spans...)
+}
+
+func attr(s *tracepb.Span, key string) (string, bool) {
+	for _, kv := range s.Attributes {
+		if kv.Key == key {
+			return kv.Value.String(), true
+		}
+	}
+	return "", false
+}
+
+func wantParent(t *testing.T, child, parent *tracepb.Span) {
+	t.Helper()
+	if !bytes.Equal(child.ParentSpanId, parent.SpanId) {
+		t.Errorf("span %s has parent %x, want %s's %x", child.Name, child.ParentSpanId, parent.Name, parent.SpanId)
+	}
+}
+
+const tracedSecret = "sk-tracedsecretvalue"
+
+// TestTracesOverOTLPHTTP: with the standard variables naming an
+// OTLP/HTTP endpoint, a check answered by serve is traced as a server span
+// under the caller's traceparent, with the decision under it and the store
+// call under the decision; the spans carry the outcome and never the
+// descriptor's value nor the store key.
+func TestTracesOverOTLPHTTP(t *testing.T) {
+	recv, srv := newOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+	httpAddr, _ := startServe(t)
+
+	traceID, callerSpan := "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/v1/check",
+		strings.NewReader(`{"descriptors":{"user":"`+tracedSecret+`","route":"/v1/chat"}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("check answered %d, want 200", resp.StatusCode)
+	}
+
+	id, _ := hex.DecodeString(traceID)
+	recv.waitFor(t, id, "POST")
+	spans := recv.waitFor(t, id, "tokenlimit.store.check")
+	server, decision, store := spans["POST"], spans["tokenlimit.check"], spans["tokenlimit.store.check"]
+	if decision == nil {
+		t.Fatalf("no decision span; got %v", spans)
+	}
+	if got := hex.EncodeToString(server.ParentSpanId); got != callerSpan {
+		t.Errorf("server span's parent %s, want the caller's %s", got, callerSpan)
+	}
+	wantParent(t, decision, server)
+	wantParent(t, store, decision)
+	for key, want := range map[string]string{"tokenlimit.allowed": "bool_value:true", "tokenlimit.limits": "int_value:1"} {
+		if got, _ := attr(decision, key); got != want {
+			t.Errorf("decision span %s = %q, want %q", key, got, want)
+		}
+	}
+	if got, _ := attr(store, "tokenlimit.store.items"); got != "int_value:1" {
+		t.Errorf("store span's items = %q, want 1", got)
+	}
+	for _, s := range recv.all() {
+		if text := s.String(); strings.Contains(text, tracedSecret) {
+			t.Errorf("span %s holds the descriptor's value: %s", s.Name, text)
+		}
+	}
+}
