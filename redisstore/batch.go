@@ -13,14 +13,17 @@ import (
 
 // Checks are batched in lanes (lane.go), one per Redis Cluster slot (one
 // in all when not on a Cluster): a batch call decides its checks in order,
-// each all or nothing (check_batch.lua).
+// each all or nothing (check.lua).
 
 // checkJob is one check made through a lane.
 type checkJob struct {
 	queuedCall
 	items   []tokenlimit.Item
 	results []tokenlimit.Result
-	at      time.Time
+	// callerTime decides at now even when the store decides at the
+	// server's time: a Cluster check's later slots decide at the first's.
+	callerTime bool
+	at         time.Time
 	// out is a detached job's caller's results; results is then ownResults.
 	out []tokenlimit.Result
 	// ownItems and ownResults are the arrays of a detached job's items and
@@ -93,7 +96,7 @@ func (s *Store) checkBatched(ctx context.Context, now time.Time, items []tokenli
 
 // checkJobAlone decides a check in a call of its own.
 func (s *Store) checkJobAlone(j *checkJob) {
-	j.at, j.err = s.checkAlone(j.ctx, j.now, j.items, j.results)
+	j.at, j.err = s.checkOnce(j.ctx, j.now, j.items, j.results)
 }
 
 // callBuffers are what a lane reuses from one batch call to the next: the
@@ -107,25 +110,11 @@ type callBuffers struct {
 	limits  callLimits
 }
 
-// checkAlone decides one check that has a call of its own: with the plain
-// check script (smaller, so cheaper to run), or with the batch script when
-// a test asks for it (Store.batchScriptAlways).
-func (s *Store) checkAlone(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if !s.batchScriptAlways {
-		return s.checkOnce(ctx, now, items, results)
-	}
-	j := &checkJob{queuedCall: queuedCall{ctx: ctx, now: now}, items: items, results: results}
-	if err := s.checkMany(ctx, []*checkJob{j}, &callBuffers{}); err != nil {
-		return now, err
-	}
-	return j.at, nil
-}
-
-// checkMany runs check_batch.lua on jobs and writes each job's results and
+// checkMany runs check.lua on jobs and writes each job's results and
 // decision time, building the call in bufs.
 func (s *Store) checkMany(ctx context.Context, jobs []*checkJob, bufs *callBuffers) error {
 	keys, args := s.packChecks(jobs, bufs)
-	reply, err := s.run(ctx, checkBatch, keys, args)
+	reply, err := s.run(ctx, checkSc, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: check: %w", err)
 	}
@@ -136,7 +125,7 @@ func (s *Store) checkMany(ctx context.Context, jobs []*checkJob, bufs *callBuffe
 	r := 1
 	for _, j := range jobs {
 		j.at = time.UnixMicro(reply[0])
-		if s.caller {
+		if s.caller || j.callerTime {
 			j.at = time.UnixMicro(j.now.UnixMicro())
 		}
 		if r, err = readResults(j.items, j.results, reply, r); err != nil {
@@ -149,7 +138,7 @@ func (s *Store) checkMany(ctx context.Context, jobs []*checkJob, bufs *callBuffe
 	return nil
 }
 
-// packChecks is the keys and arguments of check_batch.lua for jobs, built
+// packChecks is the keys and arguments of check.lua for jobs, built
 // in bufs.
 func (s *Store) packChecks(jobs []*checkJob, bufs *callBuffers) (keys, args []string) {
 	limits := &bufs.limits
@@ -171,7 +160,11 @@ func (s *Store) packChecks(jobs []*checkJob, bufs *callBuffers) (keys, args []st
 	}
 	item := 0
 	for _, j := range jobs {
-		packed = appendInt(appendInt(packed, s.packedNow(j.now)), int64(len(j.items)))
+		now := s.packedNow(j.now)
+		if j.callerTime {
+			now = j.now.UnixMicro()
+		}
+		packed = appendInt(appendInt(packed, now), int64(len(j.items)))
 		for _, it := range j.items {
 			packed = appendInt(appendInt(packed, limits.refs[item]), it.Cost)
 			item++

@@ -10,9 +10,10 @@ import (
 // BatchLanes is how many calls one lane keeps in flight.
 const BatchLanes = batchLanes
 
-// BatchScriptAlways makes every check of s run through check_batch.lua, a
-// lone one too, so that the suites exercise the batch script on every
-// decision rather than only when checks happen to queue.
+// BatchScriptAlways makes every reservation and settlement of s run
+// through the batch scripts, a lone one too, so that the suites exercise
+// them on every call rather than only when calls happen to queue (a check
+// always runs check.lua, a lone one as a call of one).
 func BatchScriptAlways(s *Store) *Store {
 	s.batchScriptAlways = true
 	return s
@@ -50,7 +51,7 @@ func QueuedSettles(s *Store) int {
 }
 
 // CheckInOneCall decides checks (items[i], into results[i]) in one call of
-// check_batch.lua, as a batch of len(items) checks that queued together
+// check.lua, as a batch of len(items) checks that queued together
 // would be, each at the server's time unless s decides at the caller's
 // (then at now).
 func CheckInOneCall(s *Store, now time.Time, items [][]tokenlimit.Item, results [][]tokenlimit.Result) error {

@@ -39,7 +39,7 @@ import (
 // Bounds of one batch call.
 const (
 	// maxBatchItems bounds the items of one batch call (a job is never
-	// split, so a call holds at least one). check_batch.lua puts the call's
+	// split, so a call holds at least one). check.lua puts the call's
 	// keys, up to two per item, on Lua's stack at once, which holds about
 	// 8,000.
 	maxBatchItems = 128

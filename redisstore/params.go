@@ -65,7 +65,7 @@ func appendLimit(b []byte, l tokenlimit.Limit) []byte {
 
 // callLimits are the distinct limits of a batch call's items: the call
 // packs each limit once and an item the position of its limit's values
-// (check_batch.lua), so that Redis decodes 2 values per item rather than 5.
+// (check.lua), so that Redis decodes 2 values per item rather than 5.
 // Items are looked up among the first maxLimitScan limits only; an item
 // whose limit is not among them adds it again, which costs the call
 // values, never a wrong answer.
@@ -101,13 +101,4 @@ func limitRef(i int) int64 {
 func (c *callLimits) reset() {
 	clear(c.limits)
 	c.limits, c.refs = c.limits[:0], c.refs[:0]
-}
-
-// packItems is the packed argument of items: their 5 values each.
-func packItems(items []tokenlimit.Item) string {
-	b := appendArray(make([]byte, 0, 5+len(items)*24), 5*len(items))
-	for _, it := range items {
-		b = appendItem(b, it.Limit, it.Cost)
-	}
-	return string(b)
 }

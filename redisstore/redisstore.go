@@ -98,7 +98,8 @@ type Store struct {
 	// settlements (not on Cluster); both nil when Options.Unbatched.
 	batch   *batchers
 	records *recordLanes
-	// batchScriptAlways makes even a lone check run the batch script, so
+	// batchScriptAlways makes even a lone reservation or settlement run the
+	// batch script, so
 	// that the test suites exercise it on every decision (export_test.go).
 	batchScriptAlways bool
 	refundTO          time.Duration
@@ -112,7 +113,6 @@ type Store struct {
 var (
 	lib            = buildLibrary()
 	checkSc        = newScript(lib, checkEntry)
-	checkBatch     = newScript(lib, checkBatchEntry)
 	adjustSc       = newScript(lib, adjustEntry)
 	refundSc       = newScript(lib, refundEntry)
 	undoSettleSc   = newScript(lib, undoSettleEntry)
@@ -123,13 +123,6 @@ var (
 	claimSc        = newScript(lib, claimEntry)
 	reserveBatchSc = newScript(lib, reserveBatchEntry)
 	settleBatchSc  = newScript(lib, settleBatchEntry)
-	checkOne       = [...]script{
-		tokenlimit.FixedWindow:    newScript(lib, checkOneEntry[tokenlimit.FixedWindow]),
-		tokenlimit.SlidingLog:     newScript(lib, checkOneEntry[tokenlimit.SlidingLog]),
-		tokenlimit.SlidingCounter: newScript(lib, checkOneEntry[tokenlimit.SlidingCounter]),
-		tokenlimit.TokenBucket:    newScript(lib, checkOneEntry[tokenlimit.TokenBucket]),
-		tokenlimit.GCRA:           newScript(lib, checkOneEntry[tokenlimit.GCRA]),
-	}
 )
 
 var (
@@ -207,28 +200,14 @@ func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit
 }
 
 // checkAt is checkOnce deciding at now when callerTime, else at the
-// server's TIME.
+// server's TIME: a call of check.lua with one check.
 func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	keys := make([]string, 0, len(items)+1)
-	for _, it := range items {
-		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
-	}
-	args := append(s.headerAt(now, callerTime, 1), packItems(items))
-	sc := checkSc
-	if len(items) == 1 {
-		sc = checkOne[items[0].Limit.Algorithm]
-	}
-	reply, err := s.run(ctx, sc, keys, args)
+	j := checkJob{queuedCall: queuedCall{ctx: ctx, now: now}, items: items, results: results, callerTime: callerTime}
+	err := s.checkMany(ctx, []*checkJob{&j}, &callBuffers{})
 	if err != nil {
-		return now, fmt.Errorf("redisstore: check: %w", err)
+		return now, err
 	}
-	if len(reply) == 0 {
-		return now, errors.New("redisstore: check: empty reply")
-	}
-	if r, err := readResults(items, results, reply, 1); err != nil || r != len(reply) {
-		return now, fmt.Errorf("redisstore: check: reply of %d values does not hold %d results", len(reply), len(items))
-	}
-	return time.UnixMicro(reply[0]), nil
+	return j.at, nil
 }
 
 // Adjust implements tokenlimit.Store in one script call.

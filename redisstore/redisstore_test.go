@@ -87,9 +87,9 @@ func TestConformanceRueidis(t *testing.T) {
 	}))
 }
 
-// TestConformanceBatchScript decides every check, lone ones too, with the
-// batch script (check_batch.lua), which otherwise runs only when checks
-// queue behind a call in flight.
+// TestConformanceBatchScript makes every reservation and settlement, lone
+// ones too, with the batch scripts (reserve_batch.lua, settle_batch.lua),
+// which otherwise run only when calls queue behind one in flight.
 func TestConformanceBatchScript(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T) storetest.Env {
@@ -106,8 +106,8 @@ func TestConformanceBatchScript(t *testing.T) {
 }
 
 // TestConformanceScripts runs the suite on the fallback for servers without
-// Redis Functions: every call a script (EVALSHA), lone checks with the
-// batch script on every other replica.
+// Redis Functions: every call a script (EVALSHA), lone reservations and
+// settlements with the batch scripts on every other replica.
 func TestConformanceScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T) storetest.Env {

@@ -5,8 +5,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"strings"
-
-	"github.com/tokenlimit/tokenlimit"
 )
 
 // The Lua sources. Every entry point is a Lua function of (keys, argv)
@@ -89,9 +87,9 @@ func withAlgorithms(files ...string) []string {
 
 // The entry points.
 var (
-	checkEntry      = entry{name: "check", files: withAlgorithms("check_group.lua", "check.lua")}
-	checkBatchEntry = entry{name: "check_batch", files: withAlgorithms("check_group.lua", "check_batch.lua")} // batch.go
-	adjustEntry     = entry{name: "adjust", files: withAlgorithms("adjust_item.lua", "adjust.lua")}
+	// checkEntry decides every check: a lone one is a call of one.
+	checkEntry  = entry{name: "check", files: withAlgorithms("check_group.lua", "check.lua")}
+	adjustEntry = entry{name: "adjust", files: withAlgorithms("adjust_item.lua", "adjust.lua")}
 	// refundEntry is adjust for refunds only (every delta negative), which
 	// Cluster calls make to take back a partial decision. It may run on a
 	// full Redis: a refund lowers or deletes what it finds and never makes a
@@ -114,25 +112,12 @@ var (
 	entriesEntry = entry{name: "log_entries", files: []string{"lib.lua", "sliding_log.lua", "log_entries.lua"}, flags: noWrites}
 	// resetEntry only deletes, which a full Redis allows.
 	resetEntry = entry{name: "reset", files: []string{"lib.lua", "reset.lua"}, flags: allowOOM}
-	// checkOneEntry holds, per algorithm, the check of one item: as a
-	// script, only that algorithm's code, so each call builds fewer
-	// functions.
-	checkOneEntry = [...]entry{
-		tokenlimit.FixedWindow:    {name: "check_one_fixed_window", files: []string{"lib.lua", "fixed_window.lua", "check_one.lua", "one_fixed_window.lua"}},
-		tokenlimit.SlidingLog:     {name: "check_one_sliding_log", files: []string{"lib.lua", "sliding_log.lua", "one_sliding_log.lua"}},
-		tokenlimit.SlidingCounter: {name: "check_one_sliding_counter", files: []string{"lib.lua", "sliding_counter.lua", "check_one.lua", "one_sliding_counter.lua"}},
-		tokenlimit.TokenBucket:    {name: "check_one_bucket", files: []string{"lib.lua", "bucket.lua", "check_one.lua", "one_bucket.lua"}},
-		tokenlimit.GCRA:           {name: "check_one_bucket", files: []string{"lib.lua", "bucket.lua", "check_one.lua", "one_bucket.lua"}},
-	}
 )
 
-// allEntries are the library's entry points (GCRA shares the token
-// bucket's).
+// allEntries are the library's entry points.
 var allEntries = []entry{
-	checkEntry, checkBatchEntry, adjustEntry, refundEntry, reserveEntry, reserveBatchEntry, settleEntry, undoSettleEntry,
+	checkEntry, adjustEntry, refundEntry, reserveEntry, reserveBatchEntry, settleEntry, undoSettleEntry,
 	settleBatchEntry, claimEntry, entriesEntry, resetEntry,
-	checkOneEntry[tokenlimit.FixedWindow], checkOneEntry[tokenlimit.SlidingLog],
-	checkOneEntry[tokenlimit.SlidingCounter], checkOneEntry[tokenlimit.TokenBucket],
 }
 
 // library is the Redis Functions library of every entry point: its name,

@@ -99,7 +99,7 @@ func anatomyRows(ctx context.Context, c *clients) ([]anatomyRow, error) {
 	}
 
 	// The script a one-item check sends ends with the call of its entry
-	// point, "return check_one_bucket(KEYS, ARGV)": without it, the script
+	// point, "return check(KEYS, ARGV)": without it, the script
 	// only builds its functions.
 	trimmed := strings.TrimRight(full, "\n")
 	if cut := strings.LastIndex(trimmed, "\n"); cut < 0 || !strings.HasPrefix(trimmed[cut+1:], "return ") {
