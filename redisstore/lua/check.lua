@@ -34,8 +34,11 @@ end
 local function check(keys, argv)
   local pad = tonumber(argv[1])
   local p = cmsgpack.unpack(argv[2])
-  local reply, server = { 0 }, nil
-  local values, written = batch_values(keys), {}
+  -- Sized for a lone check of one item (at most 5 values), so that the
+  -- common call never grows it; # still counts the 1.
+  local reply, server = { 0, nil, nil, nil, nil }, nil
+  local values = batch_values(keys)
+  local written = values and {} -- only read where values is
   local a, k, last = 1 + 4 * p[1], 1, #p
   while a < last do
     local now = p[a + 1]
@@ -46,14 +49,52 @@ local function check(keys, argv)
       end
       now = server
     end
-    local n = p[a + 2]
-    local next_k = check_group(keys, p, reply, a + 2, n, k, now, pad, values, written, true)
-    if values then
-      for i = k, next_k - 1 do
-        written[keys[i]] = true
+    local n, l = p[a + 2], p[a + 3]
+    local alg = p[l + 1]
+    if n == 1 and alg ~= SLIDING_LOG then
+      -- A check of one item of a one-key algorithm, the common case,
+      -- written out: check_group's read, dispatch, charge and put_result,
+      -- copied for speed. Through check_group it cost redis-server 81.2k
+      -- instructions per lone check of a token bucket (67.2k before) and
+      -- 38.2k per check in calls of 16 (32.9k): BenchmarkBatchCall
+      -- token_bucket/lone and token_bucket/batch=16 under
+      -- bench/redis-instructions.sh.
+      local key, cost, ok, big, rem, retry, reset, state = keys[k], p[a + 4]
+      local v
+      if values and not written[key] then
+        v = values[k]
+      else
+        v = redis.call('GET', key)
       end
+      if alg == FIXED_WINDOW then
+        ok, big, rem, retry, reset, state = fw_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
+      elseif alg == SLIDING_COUNTER then
+        ok, big, rem, retry, reset, state = sc_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
+      else
+        ok, big, rem, retry, reset, state = tb_check(v, p[l + 2], p[l + 3], p[l + 4], now, cost)
+      end
+      if state then
+        store(key, state, reset, pad)
+        if values then
+          written[key] = true
+        end
+      end
+      local r = #reply
+      if ok == 1 and big == 0 and retry == 0 then
+        reply[r + 1], reply[r + 2] = -rem, reset
+      else
+        reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1 + ok + 2 * big, rem, retry, reset
+      end
+      k = k + 1
+    else
+      local next_k = check_group(keys, p, reply, a + 2, n, k, now, pad, values, written, true)
+      if values then
+        for i = k, next_k - 1 do
+          written[keys[i]] = true
+        end
+      end
+      k = next_k
     end
-    k = next_k
     a = a + 2 + 2 * n
   end
   return reply

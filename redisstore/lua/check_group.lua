@@ -23,17 +23,7 @@ local function decide(v, keys, k, alg, p1, p2, p3, now, cost)
   return tb_check(v, p1, p2, p3, now, cost)
 end
 
--- Writes the charge of an item that decide allowed (state is what it
--- returned; len is a sliding log's window).
-local function charge(keys, k, alg, len, state, reset, now, cost, pad)
-  if alg == SLIDING_LOG then
-    sl_charge(keys[k], keys[k + 1], len, now, cost, pad)
-  else
-    store(keys[k], state, reset, pad)
-  end
-end
-
--- The charges a group of several items defers until every item is allowed:
+-- The charges a group defers until every item is allowed:
 -- 10 values per chargeable item (put_result's index, algorithm, key index,
 -- p1, p2, p3, cost, state, reset, value). One table for every group,
 -- emptied by overwriting: as a Redis Function it lasts as long as the
@@ -54,24 +44,41 @@ local function check_group(keys, p, reply, a, n, k, now, pad, values, written, b
       alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
       a = a + 5
     end
-    local v = false
-    if alg ~= SLIDING_LOG then
-      if values and not written[keys[k]] then
+    -- Written out: decide's dispatch, charge and put_result, copied for
+    -- speed, as check.lua's one-item path is (a Lua call per item per step
+    -- cost Redis more than the lines: BenchmarkBatchCall limits=3 under
+    -- bench/redis-instructions.sh). decide serves the rare path, a group
+    -- with a denied item.
+    local key, v, ok, big, rem, retry, reset, state = keys[k], false
+    if alg == SLIDING_LOG then
+      ok, big, rem, retry, reset, state = sl_check(key, keys[k + 1], p1, p2, now, cost)
+    else
+      if values and not written[key] then
         v = values[k]
       else
-        v = redis.call('GET', keys[k])
+        v = redis.call('GET', key)
+      end
+      if alg == FIXED_WINDOW then
+        ok, big, rem, retry, reset, state = fw_check(v, p1, p2, p3, now, cost)
+      elseif alg == SLIDING_COUNTER then
+        ok, big, rem, retry, reset, state = sc_check(v, p1, p2, p3, now, cost)
+      else
+        ok, big, rem, retry, reset, state = tb_check(v, p1, p2, p3, now, cost)
       end
     end
-    local ok, big, rem, retry, reset, state = decide(v, keys, k, alg, p1, p2, p3, now, cost)
-    if state and n == 1 then
-      charge(keys, k, alg, p2, state, reset, now, cost, pad)
-    elseif state then
+    if state then
       charges[nc + 1], charges[nc + 2], charges[nc + 3], charges[nc + 4], charges[nc + 5] = r, alg, k, p1, p2
       charges[nc + 6], charges[nc + 7], charges[nc + 8], charges[nc + 9], charges[nc + 10] = p3, cost, state, reset, v
       nc = nc + 10
     end
-    all = all and ok == 1
-    r = put_result(reply, r, ok, big, rem, retry, reset)
+    if ok == 1 and big == 0 and retry == 0 then
+      reply[r + 1], reply[r + 2] = -rem, reset
+      r = r + 2
+    else
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = 1 + ok + 2 * big, rem, retry, reset
+      r = r + 4
+      all = all and ok == 1
+    end
     if alg == SLIDING_LOG then
       k = k + 2
     else
@@ -80,8 +87,10 @@ local function check_group(keys, p, reply, a, n, k, now, pad, values, written, b
   end
   for c = 1, nc, 10 do
     local alg, ck, p1, p2, p3, cost, v = charges[c + 1], charges[c + 2], charges[c + 3], charges[c + 4], charges[c + 5], charges[c + 6], charges[c + 9]
-    if all then
-      charge(keys, ck, alg, p2, charges[c + 7], charges[c + 8], now, cost, pad)
+    if all and alg == SLIDING_LOG then
+      sl_charge(keys[ck], keys[ck + 1], p2, now, cost, pad)
+    elseif all then
+      store(keys[ck], charges[c + 7], charges[c + 8], pad)
     else
       -- Nothing is charged: report the uncharged state of the items that
       -- would have fit (allowed, so in put_result's short form).
