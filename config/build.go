@@ -46,6 +46,7 @@ type rawLimit struct {
 	FailOpenShare *float64          `yaml:"fail_open_share"`
 	LocalCache    bool              `yaml:"local_cache"`
 	MaxKeys       *int64            `yaml:"max_keys"`
+	RLSOverride   bool              `yaml:"rls_limit_override"`
 }
 
 type rawPlan struct {
@@ -358,7 +359,25 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.localCache(path, r, &l)
 	b.maxKeys(path, r, &l)
 	b.calendar(path, r.Calendar, &l)
+	b.rlsOverride(path, r, &l)
 	return l, len(b.errs) == before
+}
+
+// rlsOverride applies rls_limit_override, which lets an RLS descriptor's
+// limit override (N per unit) replace the limit's quota and period: only
+// for a limit whose budget is a plain quota over a period.
+func (b *builder) rlsOverride(path []any, r *rawLimit, l *Limit) {
+	switch {
+	case !r.RLSOverride:
+	case r.Algorithm == "concurrency":
+		b.fail(at(path, "rls_limit_override"), "a concurrency limit counts requests in flight, not requests per unit")
+	case r.Calendar != "":
+		b.fail(at(path, "rls_limit_override"), "a calendar limit's period is the calendar's day or month, not a unit the request names")
+	case l.Cost.Spend:
+		b.fail(at(path, "rls_limit_override"), "a usd budget is in dollars, not requests per unit")
+	default:
+		l.RLSOverride = true
+	}
 }
 
 // MaxKeysBound is the largest max_keys: each replica tracks up to that

@@ -91,6 +91,12 @@ type Limit struct {
 	// value share one overflow budget of the limit (still limited), counted
 	// in tokenlimit_key_overflow_total. 1..MaxKeysBound.
 	MaxKeys int
+	// RLSOverride lets the limit field of an Envoy RLS descriptor
+	// (requests_per_unit per unit) replace the limit's quota and period
+	// for the requests that descriptor makes; false (the default) ignores
+	// it, so that a client cannot raise its own limit. Not for concurrency,
+	// calendar or usd limits.
+	RLSOverride bool
 	// Concurrency marks a limit on requests in flight: Limit is a sliding
 	// log whose window is the lease (a crashed holder's slot comes back when
 	// its lease ends), each reservation takes 1 and settling releases it.

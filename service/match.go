@@ -109,7 +109,7 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if cost == 0 {
 			cost = 1
 		}
-		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, inFlight: inFlight, take: take, now: &now, p: &p}
+		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
 		for li := range rules.cfg.Limits {
 			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, levelPlan) {
 				sel.add(l, rules.matches[li], true)
@@ -136,6 +136,7 @@ type selector struct {
 	desc           map[string]string
 	request        int
 	cost, spend    int64
+	limit          *RequestLimit // the request's own limit, if any
 	inFlight, take bool
 	now            *time.Time
 	p              *plan
@@ -153,6 +154,9 @@ func (sel *selector) add(l *config.Limit, want []match, bounded bool) {
 		*sel.now = sel.s.opts.Clock()
 	}
 	limit, suffix := effective(sel.rules.cfg, l, sel.desc, *sel.now)
+	if sel.limit != nil && l.RLSOverride {
+		limit, suffix = sel.limit.apply(limit), suffix+sel.limit.keySuffix()
+	}
 	if bounded {
 		key = sel.s.boundKey(sel.rules, l, key, suffix, limit, *sel.now, sel.take)
 	} else {
@@ -174,6 +178,14 @@ func (s *Service) validate(i int, r Request) (empty bool, err error) {
 	}
 	if r.Cost < 0 || r.Cost > tokenlimit.MaxCost {
 		return false, invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
+	}
+	if l := r.Limit; l != nil {
+		if l.Quota < 1 || l.Quota > tokenlimit.MaxQuota {
+			return false, invalid("requests[%d].limit.quota: must be between 1 and %d, got %d", i, int64(tokenlimit.MaxQuota), l.Quota)
+		}
+		if l.Period < time.Second || l.Period > tokenlimit.MaxPeriod || l.Period%time.Second != 0 {
+			return false, invalid("requests[%d].limit.period: must be whole seconds from 1s to %v, got %v", i, tokenlimit.MaxPeriod, l.Period)
+		}
 	}
 	for name, v := range r.Descriptors {
 		empty = empty || v == ""

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -311,10 +312,40 @@ type Request struct {
 	// charged by limits with unit: usd; zero charges them nothing. Callers
 	// price requests themselves (see PriceOf), as the LLM proxy does.
 	Spend int64
+	// Limit, when not nil, is a limit the request names itself (an Envoy
+	// RLS descriptor's limit override). Only limits configured with
+	// rls_limit_override apply it; the others ignore it.
+	Limit *RequestLimit
 	// key, when set (KeyUsage), is the plane key the request is made
 	// with, already resolved: Descriptors are the key's, and these are its
 	// levels' limits.
 	key *levels
+}
+
+// RequestLimit is a limit a request names: Quota per Period. A limit that
+// allows it (config.Limit.RLSOverride) keeps its algorithm and takes
+// Quota and Period instead of its own (a bucket's capacity becomes Quota),
+// with a budget of its own per Period, apart from the configured one's.
+type RequestLimit struct {
+	// Quota is 1 to tokenlimit.MaxQuota.
+	Quota int64
+	// Period is a whole number of seconds up to tokenlimit.MaxPeriod.
+	Period time.Duration
+}
+
+// apply is l with r's quota and period: its windows aligned to the epoch,
+// a bucket's capacity the quota.
+func (r *RequestLimit) apply(l tokenlimit.Limit) tokenlimit.Limit {
+	l.Quota, l.Period, l.Burst, l.Offset = r.Quota, r.Period, 0, 0
+	return l
+}
+
+// keySuffix sets apart the budget of a request's limit from the configured
+// limit's, and those of different periods from one another; requests of
+// one period share a budget whatever their quota, as in Envoy's reference
+// service.
+func (r *RequestLimit) keySuffix() string {
+	return "|per=" + strconv.FormatInt(int64(r.Period/time.Second), 10) + "s"
 }
 
 // Outcome is one limit's answer within a Decision.

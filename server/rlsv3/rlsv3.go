@@ -35,6 +35,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/envoycompat"
 	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -213,9 +214,40 @@ func requests(req *rlspb.RateLimitRequest, out []service.Request, maps *sync.Poo
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, service.Request{Descriptors: m, Cost: cost})
+		r := service.Request{Descriptors: m, Cost: cost}
+		if o := desc.GetLimit(); o != nil {
+			if r.Limit, err = requestLimit(o, i); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, r)
 	}
 	return out, nil
+}
+
+// requestLimit is descriptor i's limit override as the service takes it:
+// requests_per_unit per unit x unit_multiplier (1 when unset), the units'
+// windows those of envoyproxy/ratelimit (a month is 30 days, a year 365).
+// Limits configured with rls_limit_override apply it; the others ignore it.
+func requestLimit(o *commonpb.RateLimitDescriptor_RateLimitOverride, i int) (*service.RequestLimit, error) {
+	secs := envoycompat.Unit(o.GetUnit()).Seconds()
+	if secs == 0 {
+		return nil, fmt.Errorf("descriptors[%d].limit.unit: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR, got %v", i, o.GetUnit())
+	}
+	if o.GetRequestsPerUnit() == 0 {
+		return nil, fmt.Errorf("descriptors[%d].limit.requests_per_unit: must be at least 1", i)
+	}
+	mult := int64(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return nil, fmt.Errorf("descriptors[%d].limit.unit_multiplier: must be at least 1 when set", i)
+		}
+		mult = int64(m.GetValue())
+	}
+	if secs*mult > int64(tokenlimit.MaxPeriod/time.Second) { // secs < 2^25, mult < 2^32: no overflow
+		return nil, fmt.Errorf("descriptors[%d].limit: %d x %v is longer than %v", i, mult, o.GetUnit(), tokenlimit.MaxPeriod)
+	}
+	return &service.RequestLimit{Quota: int64(o.GetRequestsPerUnit()), Period: time.Duration(secs*mult) * time.Second}, nil
 }
 
 // reuse empties the descriptor maps of reqs and puts them in maps.

@@ -3,6 +3,7 @@ package rlsv3_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -638,4 +640,117 @@ limits:
 	if resp := h.call(t, request("api", desc("user", "a"))); resp.OverallCode != ok {
 		t.Errorf("the stored user with the store full: %v, want OK", prototext.Format(resp))
 	}
+}
+
+// override sets a descriptor's limit override: perUnit per unit.
+func override(d *commonpb.RateLimitDescriptor, perUnit uint32, unit typepb.RateLimitUnit) *commonpb.RateLimitDescriptor {
+	d.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return d
+}
+
+// A descriptor's limit override replaces the quota and period of the limits
+// configured with rls_limit_override, lower or higher, in a budget apart
+// from the configured one's; other limits ignore it, so a client cannot
+// raise them.
+func TestLimitOverride(t *testing.T) {
+	t.Parallel()
+	cfg := parseConfig(t, `
+limits:
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 10/min
+    rls_limit_override: true
+  - name: per-tenant
+    key: [tenant]
+    algorithm: fixed_window
+    limit: 3/min
+  - name: bucket
+    key: [team]
+    algorithm: token_bucket
+    capacity: 5
+    refill: 5/min
+    rls_limit_override: true
+`)
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		h := start(t, store, cfg)
+		ann := func() *commonpb.RateLimitDescriptor {
+			return override(desc("user", "ann"), 2, typepb.RateLimitUnit_SECOND)
+		}
+		for i, left := range []uint32{1, 0} {
+			expect(t, fmt.Sprintf("ann's call %d at 2/s", i+1), h.call(t, request("api", ann())), ok,
+				hdrs("x-ratelimit-limit", "2", "x-ratelimit-remaining", fmt.Sprint(left), "x-ratelimit-reset", "1"),
+				limited(ok, "per-user", 2, second, 1, left, time.Second))
+		}
+		expect(t, "ann's third call at 2/s", h.call(t, request("api", ann())), over,
+			hdrs("x-ratelimit-limit", "2", "x-ratelimit-remaining", "0", "x-ratelimit-reset", "1", "retry-after", "1"),
+			limited(over, "per-user", 2, second, 1, 0, time.Second))
+		// The configured budget of ann is its own, untouched.
+		expect(t, "ann without an override", h.call(t, request("api", desc("user", "ann"))), ok,
+			hdrs("x-ratelimit-limit", "10", "x-ratelimit-remaining", "9", "x-ratelimit-reset", "60"),
+			limited(ok, "per-user", 10, minute, 1, 9, time.Minute))
+		// The next second is a new window of the override.
+		h.clock.Advance(time.Second)
+		expect(t, "ann a second later", h.call(t, request("api", ann())), ok,
+			hdrs("x-ratelimit-limit", "2", "x-ratelimit-remaining", "1", "x-ratelimit-reset", "1"),
+			limited(ok, "per-user", 2, second, 1, 1, time.Second))
+		// Higher than configured, where allowed: 1000 per 2 hours.
+		raised := override(desc("user", "bob"), 1000, typepb.RateLimitUnit_HOUR)
+		raised.Limit.UnitMultiplier = wrapperspb.UInt32(2)
+		expect(t, "bob at 1000 per 2h", h.call(t, request("api", raised)), ok,
+			hdrs("x-ratelimit-limit", "1000", "x-ratelimit-remaining", "999", "x-ratelimit-reset", "7199"),
+			limited(ok, "per-user", 1000, hour, 2, 999, 7199*time.Second))
+		// A bucket takes the override as its capacity and refill.
+		expect(t, "a bucket at 20 per minute", h.call(t, request("api", override(desc("team", "red"), 20, typepb.RateLimitUnit_MINUTE))), ok,
+			hdrs("x-ratelimit-limit", "20", "x-ratelimit-remaining", "19", "x-ratelimit-reset", "3"),
+			limited(ok, "bucket", 20, minute, 1, 19, 3*time.Second))
+		// per-tenant does not allow overrides: 3 a minute whatever is asked.
+		for i := range 4 {
+			resp := h.call(t, request("api", override(desc("tenant", "acme"), 100, typepb.RateLimitUnit_SECOND)))
+			want := ok
+			if i == 3 {
+				want = over
+			}
+			if st := resp.Statuses[0]; resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != minute {
+				t.Errorf("acme's call %d asking 100/s: %v, want %v under 3 per minute", i+1, prototext.Format(resp), want)
+			}
+		}
+	})
+}
+
+func TestLimitOverrideInvalid(t *testing.T) {
+	t.Parallel()
+	multiplied := func(d *commonpb.RateLimitDescriptor, m uint32) *commonpb.RateLimitDescriptor {
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(m)
+		return d
+	}
+	cases := []struct {
+		name  string
+		d     *commonpb.RateLimitDescriptor
+		field string
+	}{
+		{"unknown unit", override(desc("user", "a"), 5, typepb.RateLimitUnit_UNKNOWN), "descriptors[0].limit.unit: want SECOND"},
+		{"zero requests", override(desc("user", "a"), 0, typepb.RateLimitUnit_SECOND), "descriptors[0].limit.requests_per_unit: must be at least 1"},
+		{"zero multiplier", multiplied(override(desc("user", "a"), 5, typepb.RateLimitUnit_SECOND), 0), "descriptors[0].limit.unit_multiplier: must be at least 1"},
+		{"two years", multiplied(override(desc("user", "a"), 5, typepb.RateLimitUnit_YEAR), 2), "descriptors[0].limit: 2 x YEAR is longer than"},
+		{"huge multiplier", multiplied(override(desc("user", "a"), 5, typepb.RateLimitUnit_YEAR), math.MaxUint32), "descriptors[0].limit: 4294967295 x YEAR"},
+		{"a sliding counter's year", override(desc("team", "a"), 5, typepb.RateLimitUnit_YEAR), "a sliding counter's window must be at most"},
+	}
+	cfg := parseConfig(t, `
+limits:
+  - {name: per-user, key: [user], algorithm: fixed_window, limit: 10/min, rls_limit_override: true}
+  - {name: per-team, key: [team], algorithm: sliding_counter, limit: 10/min, rls_limit_override: true}
+`)
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		h := start(t, store, cfg)
+		for _, c := range cases {
+			_, err := h.client.ShouldRateLimit(context.Background(), request("api", c.d))
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), c.field) {
+				t.Errorf("%s: %v, want InvalidArgument naming %q", c.name, err, c.field)
+			}
+		}
+		if left := h.call(t, request("api", desc("user", "a"))).Statuses[0].LimitRemaining; left != 9 {
+			t.Errorf("after the invalid requests user a has %d left, want 9: nothing charged", left)
+		}
+	})
 }
