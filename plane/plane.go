@@ -148,10 +148,12 @@ func (p *Plane) applyOne(r Record) {
 		return
 	}
 	p.versions[rid] = r.Version
-	p.forget(r.Kind, r.ID)
 	if r.Data == nil {
+		p.forget(r.Kind, r.ID)
 		return
 	}
+	// A record is replaced in place, never forgotten first: a call made
+	// meanwhile sees the old record or the new one, never none.
 	var err error
 	switch r.Kind {
 	case KindTeam:
@@ -162,10 +164,12 @@ func (p *Plane) applyOne(r Record) {
 	case KindKey:
 		var k *Key
 		if k, err = decodeKey(r); err == nil {
-			p.keys.Store(k.ID, k)
 			p.digests.put(k.Digest, k)
 			if k.PrevDigest != "" {
 				p.digests.put(k.PrevDigest, k)
+			}
+			if old, ok := p.keys.Swap(k.ID, k); ok {
+				p.unindex(old.(*Key))
 			}
 		}
 	default:
@@ -173,6 +177,7 @@ func (p *Plane) applyOne(r Record) {
 	}
 	if err != nil {
 		// Reported once per version; the record stays out of force.
+		p.forget(r.Kind, r.ID)
 		p.opts.Logger.Error("plane: skipping a record that cannot be read", "kind", string(r.Kind), "id", r.ID, "version", r.Version, "error", err)
 	}
 }
@@ -184,11 +189,15 @@ func (p *Plane) forget(kind Kind, id string) {
 		return
 	}
 	if old, ok := p.keys.LoadAndDelete(id); ok {
-		k := old.(*Key)
-		p.digests.remove(k.Digest, k)
-		if k.PrevDigest != "" {
-			p.digests.remove(k.PrevDigest, k)
-		}
+		p.unindex(old.(*Key))
+	}
+}
+
+// unindex drops the digests that still point to k. Called with p.mu held.
+func (p *Plane) unindex(k *Key) {
+	p.digests.remove(k.Digest, k)
+	if k.PrevDigest != "" {
+		p.digests.remove(k.PrevDigest, k)
 	}
 }
 

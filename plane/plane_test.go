@@ -203,3 +203,40 @@ func TestUnreadableRecordIsSkipped(t *testing.T) {
 		t.Error("an unreadable record was loaded")
 	}
 }
+
+// TestFullReloadKeepsKeysInForce: while every record is reloaded (a replica
+// that fell behind), a live key is never refused.
+func TestFullReloadKeepsKeysInForce(t *testing.T) {
+	t.Parallel()
+	now := t0
+	store := NewMemoryStore()
+	p := openPlane(t, store, &now)
+	_, secret, err := p.CreateKey(context.Background(), Spec{Name: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := store.Load(context.Background())
+	stop := make(chan struct{})
+	refused := make(chan error, 1)
+	go func() {
+		defer close(refused)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, err := p.Authenticate(secret, t0); err != nil {
+				refused <- err
+				return
+			}
+		}
+	}()
+	for range 2000 {
+		p.apply(recs, true)
+	}
+	close(stop)
+	if err := <-refused; err != nil {
+		t.Fatalf("a live key refused during a full reload: %v", err)
+	}
+}
