@@ -114,6 +114,19 @@ func (r *Relay) Reset() {
 	}
 }
 
+// Cut ends every open connection cleanly, as a peer that closes its
+// socket does (the client reads EOF), and drops what was waiting in them:
+// a reply Hold kept is lost. Conns is 0 when it returns; the relay goes on
+// accepting.
+func (r *Relay) Cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.conns {
+		p.end(false)
+		delete(r.conns, p)
+	}
+}
+
 // Close stops listening (dialing Addr is refused) and resets every
 // connection, then waits for the relay's goroutines to end. Reopen listens
 // again. Close is idempotent; do not call it concurrently with Reopen.
@@ -253,11 +266,17 @@ type pair struct {
 }
 
 // close resets both sides.
-func (p *pair) close() {
+func (p *pair) close() { p.end(true) }
+
+// end closes both sides, with a TCP reset if reset is set and with a clean
+// close (FIN) otherwise; only its first call does anything.
+func (p *pair) end(reset bool) {
 	p.once.Do(func() {
 		close(p.done)
 		for _, c := range []*net.TCPConn{p.client, p.target} {
-			c.SetLinger(0)
+			if reset {
+				c.SetLinger(0)
+			}
 			c.Close()
 		}
 	})

@@ -184,6 +184,29 @@ func TestResetBreaksConnections(t *testing.T) {
 	expect(t, c2, "z")
 }
 
+// Cut closes the client's connection cleanly (it reads EOF, not a reset)
+// and drops the reply that waited in the relay.
+func TestCutEndsConnectionsCleanly(t *testing.T) {
+	t.Parallel()
+	e := startEcho(t)
+	r := startRelay(t, e.ln.Addr().String())
+	c := dial(t, r.Addr())
+	r.Hold(tcprelay.Replies)
+	send(t, c, "lost")
+	eventually(t, "the reply waiting in the relay", func() bool { return r.Read(tcprelay.Replies) == 4 })
+	r.Cut()
+	if n, err := c.Read(make([]byte, 4)); !errors.Is(err, io.EOF) {
+		t.Fatalf("read %d bytes, %v after Cut; want io.EOF", n, err)
+	}
+	if n := r.Conns(); n != 0 {
+		t.Errorf("Conns() = %d after Cut, want 0", n)
+	}
+	r.Release(tcprelay.Replies)
+	c2 := dial(t, r.Addr())
+	send(t, c2, "next")
+	expect(t, c2, "next")
+}
+
 func TestCloseAndReopen(t *testing.T) {
 	t.Parallel()
 	e := startEcho(t)

@@ -29,14 +29,70 @@ func New(c redis.Scripter) Client {
 	return Client{c: c}
 }
 
-// EvalSHA implements redisstore.Scripter.
+// EvalSHA implements redisstore.Scripter. The call is never sent again
+// (see once).
 func (c Client) EvalSHA(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return c.c.EvalSha(ctx, sha, keys, anys(args)...).Int64Slice()
+	return c.once(ctx, "evalsha", sha, keys, args)
 }
 
-// Eval implements redisstore.Scripter.
+// Eval implements redisstore.Scripter. The call is never sent again (see
+// once).
 func (c Client) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
-	return c.c.Eval(ctx, src, keys, anys(args)...).Int64Slice()
+	return c.once(ctx, "eval", src, keys, args)
+}
+
+// processor is what go-redis' clients (Client, ClusterClient, Ring) have to
+// run a command they are given.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// sentOnce is a script or function call that go-redis must not send again:
+// it resends a command whose reply it did not read (on an EOF, MaxRetries
+// times, 3 by default; a ClusterClient also up to MaxRedirects times), and
+// after a lost reply nobody knows whether the script ran, so a resent check
+// could be charged twice and answered once. The store decides what a failed
+// call means (each limit's failure mode); reservations and settlements,
+// idempotent by id, are retried by the store itself.
+type sentOnce struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to resend the command once it was written.
+func (sentOnce) NoRetry() bool { return true }
+
+// once runs "verb target numkeys keys... args..." (EVALSHA, EVAL or FCALL)
+// as a sentOnce command. A client that cannot run a given command (none of
+// go-redis' own) makes the call through its own method, which may retry.
+func (c Client) once(ctx context.Context, verb, target string, keys, args []string) ([]int64, error) {
+	p, ok := c.c.(processor)
+	if !ok {
+		return c.fallback(ctx, verb, target, keys, args)
+	}
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, verb, target, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, a)
+	}
+	cmd := sentOnce{redis.NewCmd(ctx, cmdArgs...)}
+	_ = p.Process(ctx, cmd) // the error is cmd's too
+	return cmd.Int64Slice()
+}
+
+// fallback makes the call through the client's own methods.
+func (c Client) fallback(ctx context.Context, verb, target string, keys, args []string) ([]int64, error) {
+	switch verb {
+	case "evalsha":
+		return c.c.EvalSha(ctx, target, keys, anys(args)...).Int64Slice()
+	case "eval":
+		return c.c.Eval(ctx, target, keys, anys(args)...).Int64Slice()
+	}
+	fc, ok := c.c.(functionClient)
+	if !ok {
+		return nil, redisstore.ErrNoFunctions
+	}
+	return fc.FCall(ctx, target, keys, anys(args)...).Int64Slice()
 }
 
 // functionClient is what go-redis' clients (Client, ClusterClient, Ring,
@@ -49,11 +105,10 @@ type functionClient interface {
 // FCall implements redisstore.FunctionCaller; a client without FCall
 // answers redisstore.ErrNoFunctions.
 func (c Client) FCall(ctx context.Context, function string, keys, args []string) ([]int64, error) {
-	fc, ok := c.c.(functionClient)
-	if !ok {
+	if _, ok := c.c.(functionClient); !ok {
 		return nil, redisstore.ErrNoFunctions
 	}
-	return fc.FCall(ctx, function, keys, anys(args)...).Int64Slice()
+	return c.once(ctx, "fcall", function, keys, args)
 }
 
 // FunctionLoad implements redisstore.FunctionCaller: on every master of a
