@@ -27,6 +27,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/plane/redisplane"
+	"github.com/tokenlimit/tokenlimit/resilient"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -63,7 +64,7 @@ func (f logFlags) logger(out io.Writer) (*slog.Logger, error) {
 
 func (f *storeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica (default $TOKENLIMIT_REDIS_URL; empty: the embedded store)")
-	fl.DurationVar(&f.storeTimeout, "store-timeout", 50*time.Millisecond, "timeout of each Redis call; past it, limits follow their failure mode")
+	fl.DurationVar(&f.storeTimeout, "store-timeout", resilient.DefaultTimeout, "timeout of each Redis call; past it, limits follow their failure mode")
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory where the embedded store keeps the quota plane's teams and keys (empty: in memory only; with --redis they live in Redis)")
 }

@@ -48,12 +48,13 @@ func (e *FailedError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
 
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
-	// Timeout bounds each call to a remote store; default 50ms.
+	// Timeout bounds each call to a remote store; DefaultTimeout when 0.
 	Timeout time.Duration
-	// BreakerThreshold consecutive failures open the breaker; default 5.
+	// BreakerThreshold consecutive failures open the breaker;
+	// DefaultBreakerThreshold when 0.
 	BreakerThreshold int
 	// BreakerCooldown is how long the open breaker skips the store before
-	// one trial call; default 1s.
+	// one trial call; DefaultBreakerCooldown when 0.
 	BreakerCooldown time.Duration
 	// Clock is the breaker's time source; time.Now when nil.
 	Clock func() time.Time
@@ -61,6 +62,14 @@ type Options struct {
 	// (see breaker.Breaker.OnChange: quick, no calls back).
 	OnBreaker func(from, to breaker.State, failures int)
 }
+
+// The defaults of Options, for the callers that configure a Store (and
+// document these values) without repeating them.
+const (
+	DefaultTimeout          = 50 * time.Millisecond
+	DefaultBreakerThreshold = 5
+	DefaultBreakerCooldown  = time.Second
+)
 
 // Store is a store whose calls fail fast and classified. It implements
 // tokenlimit.Store; every method's error that is a store failure matches
@@ -102,13 +111,13 @@ func New(store tokenlimit.Store, opts Options) (*Store, error) {
 
 func withDefaults(o Options) Options {
 	if o.Timeout == 0 {
-		o.Timeout = 50 * time.Millisecond
+		o.Timeout = DefaultTimeout
 	}
 	if o.BreakerThreshold == 0 {
-		o.BreakerThreshold = 5
+		o.BreakerThreshold = DefaultBreakerThreshold
 	}
 	if o.BreakerCooldown == 0 {
-		o.BreakerCooldown = time.Second
+		o.BreakerCooldown = DefaultBreakerCooldown
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

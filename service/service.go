@@ -177,13 +177,13 @@ func withDefaults(o Options) Options {
 		o.Clock = time.Now
 	}
 	if o.StoreTimeout == 0 {
-		o.StoreTimeout = 50 * time.Millisecond
+		o.StoreTimeout = resilient.DefaultTimeout
 	}
 	if o.BreakerThreshold == 0 {
-		o.BreakerThreshold = 5
+		o.BreakerThreshold = resilient.DefaultBreakerThreshold
 	}
 	if o.BreakerCooldown == 0 {
-		o.BreakerCooldown = time.Second
+		o.BreakerCooldown = resilient.DefaultBreakerCooldown
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
