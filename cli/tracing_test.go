@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"io"
 	"net/http"
@@ -11,8 +12,13 @@ import (
 	"testing"
 	"time"
 
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -157,4 +163,100 @@ func TestTracesOverOTLPHTTP(t *testing.T) {
 			t.Errorf("span %s holds the descriptor's value: %s", s.Name, text)
 		}
 	}
+}
+
+// TestTracesGRPCAndProxy: with the same variables,
+// a gRPC call's traceparent metadata parents its decision; the proxy's
+// upstream call is a span under the request's, and the upstream receives
+// that span's context in traceparent.
+func TestTracesGRPCAndProxy(t *testing.T) {
+	recv, srv := newOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+
+	t.Run("grpc", func(t *testing.T) {
+		_, grpcAddr := startServe(t)
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		traceID, callerSpan := "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+		_, err = rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "tokenlimit", Descriptors: []*commonpb.RateLimitDescriptor{
+			{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "user", Value: tracedSecret}, {Key: "route", Value: "/v1/chat"}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := hex.DecodeString(traceID)
+		spans := recv.waitFor(t, id, "tokenlimit.store.check")
+		decision := spans["tokenlimit.check"]
+		if decision == nil || hex.EncodeToString(decision.ParentSpanId) != callerSpan {
+			t.Fatalf("decision span %v, want one whose parent is the caller's %s", decision, callerSpan)
+		}
+		wantParent(t, spans["tokenlimit.store.check"], decision)
+	})
+
+	t.Run("proxy", func(t *testing.T) {
+		got := make(chan string, 1)
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case got <- r.Header.Get("traceparent"):
+			default:
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+		}))
+		defer upstream.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		logs := newSyncBuffer()
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, []string{"proxy", "--config", "../examples/proxy.yaml", "--upstream", upstream.URL, "--unknown-keys", "default", "--listen", "127.0.0.1:0"}, logs.w, io.Discard)
+			logs.w.Close()
+		}()
+		defer func() { cancel(); <-done }()
+		base := "http://" + logs.addr(t, "proxying")
+		go func() {
+			for range logs.lines {
+			}
+		}()
+		traceID, callerSpan := "6bf92f3577b34da6a3ce929d0e0e4736", "20f067aa0ba902b7"
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tracedSecret)
+		req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("proxy answered %d, want 200", resp.StatusCode)
+		}
+		id, _ := hex.DecodeString(traceID)
+		spans := recv.waitFor(t, id, "tokenlimit.upstream")
+		spans = recv.waitFor(t, id, "POST")
+		server, up, reserve := spans["POST"], spans["tokenlimit.upstream"], spans["tokenlimit.reserve"]
+		if reserve == nil {
+			t.Fatalf("no reserve span; got %v", spans)
+		}
+		if hex.EncodeToString(server.ParentSpanId) != callerSpan {
+			t.Errorf("server span's parent %x, want the caller's %s", server.ParentSpanId, callerSpan)
+		}
+		wantParent(t, up, server)
+		wantParent(t, reserve, server)
+		if want := "00-" + traceID + "-" + hex.EncodeToString(up.SpanId) + "-01"; <-got != want {
+			t.Errorf("the upstream got another traceparent, want %s", want)
+		}
+		for _, s := range recv.all() {
+			if text := s.String(); strings.Contains(text, tracedSecret) {
+				t.Errorf("span %s holds the api key: %s", s.Name, text)
+			}
+		}
+	})
 }
