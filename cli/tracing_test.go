@@ -239,8 +239,8 @@ func TestTracesGRPCAndProxy(t *testing.T) {
 			t.Fatalf("proxy answered %d, want 200", resp.StatusCode)
 		}
 		id, _ := hex.DecodeString(traceID)
-		spans := recv.waitFor(t, id, "tokenlimit.upstream")
-		spans = recv.waitFor(t, id, "POST")
+		recv.waitFor(t, id, "tokenlimit.upstream")
+		spans := recv.waitFor(t, id, "POST")
 		server, up, reserve := spans["POST"], spans["tokenlimit.upstream"], spans["tokenlimit.reserve"]
 		if reserve == nil {
 			t.Fatalf("no reserve span; got %v", spans)
