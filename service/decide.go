@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
@@ -132,7 +132,7 @@ func (s *Service) checkStore(ctx context.Context, checks []check) (d storeDecisi
 		return nil
 	})
 	if !failed && err == nil {
-		s.failOpen.remember(checks, d.Results, d.At, s.opts.Clock)
+		s.remember(checks, d.Results, d.At)
 	}
 	return d, failed, err
 }
@@ -160,36 +160,54 @@ func allAllowed(results []tokenlimit.Result) bool {
 // included), before that call's own request: the sooner the store counts
 // it, the less it grants other replicas that it has already admitted.
 func (s *Service) writeBack(ctx context.Context, checks []check) error {
-	if !s.failOpen.anyPending() {
+	if !s.failOpen.AnyPending() {
 		return nil
 	}
-	return s.charge(ctx, s.failOpen.takePending(checks, s.opts.Clock()))
+	var w resilient.Writeback
+	now := s.opts.Clock()
+	for _, c := range checks {
+		s.failOpen.TakePending(&w, c.item, now)
+	}
+	return s.charge(ctx, w)
+}
+
+// remember records the store's answers to checks, decided at at, for
+// their fail-open budgets (resilient.FailOpen.Remember).
+func (s *Service) remember(checks []check, results []tokenlimit.Result, at time.Time) {
+	for i, c := range checks {
+		s.failOpen.Remember(c.item, policyOf(c.limit), results[i], at, s.opts.Clock)
+	}
+}
+
+// policyOf is what l's items do while the store fails.
+func policyOf(l *config.Limit) resilient.Policy {
+	return resilient.Policy{Open: l.FailOpen, Share: l.FailOpenShare, Limit: l.Name, Shadow: l.Shadow, Lease: l.Concurrency}
 }
 
 // charge charges w to the store. A failed call puts the cost back to be
 // tried again: it may then be charged twice (the failed call may have
 // landed), which denies early but never admits past the limit.
-func (s *Service) charge(ctx context.Context, w writeback) error {
-	if len(w.adjs) == 0 {
+func (s *Service) charge(ctx context.Context, w resilient.Writeback) error {
+	if len(w.Adjustments) == 0 {
 		return nil
 	}
-	err := s.opts.Store.Adjust(ctx, s.opts.Clock(), w.adjs)
-	result := writebackOK
+	err := s.opts.Store.Adjust(ctx, s.opts.Clock(), w.Adjustments)
+	result := resilient.WritebackOK
 	if err != nil {
-		result = writebackFailed
+		result = resilient.WritebackFailed
 	}
-	for i, a := range w.adjs {
-		s.metrics.writeback.WithLabelValues(w.limits[i], result).Add(float64(a.Delta))
+	for i, a := range w.Adjustments {
+		s.metrics.writeback.WithLabelValues(w.Limits[i], result).Add(float64(a.Delta))
 	}
 	if errors.Is(err, tokenlimit.ErrInvalid) { // says nothing about the store: decide on
 		s.log.Error("writing back fail-open charges was refused", "error", err)
 		return nil
 	}
 	if err != nil {
-		s.failOpen.putBack(w, s.opts.Clock())
+		s.failOpen.PutBack(w, s.opts.Clock())
 		return fmt.Errorf("writing back fail-open charges: %w", err)
 	}
-	s.failOpen.writtenBack(w.adjs, s.opts.Clock())
+	s.failOpen.WrittenBack(w.Adjustments, s.opts.Clock())
 	return nil
 }
 
@@ -254,15 +272,15 @@ func (s *Service) failover(checks []check) Decision {
 	}
 	now := s.opts.Clock()
 	var ld tokenlimit.Decision
-	err := s.failOpen.seed(s.localStore, open, now)
+	err := s.seed(open, now)
 	if err == nil {
 		ld, err = s.local.Check(context.Background(), items(open)...)
 	}
 	if err == nil {
-		s.failOpen.answeredLocally(open, ld.Results, ld.At, now)
+		s.answeredLocally(open, ld.Results, ld.At, now)
 	}
 	if err == nil && ld.Allowed {
-		s.failOpen.admitted(open, ld.Results, ld.At, now)
+		s.admitted(open, ld.Results, ld.At, now)
 	}
 	if errors.Is(err, tokenlimit.ErrStoreFull) {
 		return s.keySpaceFull(open, "local", err)
@@ -287,19 +305,19 @@ func (s *Service) failoverReserve(checks []check, req tokenlimit.ReserveRequest)
 	req.Items = items(open)
 	now := s.opts.Clock()
 	var res *tokenlimit.Reservation
-	err := s.failOpen.seed(s.localStore, open, now)
+	err := s.seed(open, now)
 	if err == nil {
 		res, err = s.local.ReserveWith(context.Background(), req)
 	}
 	if err == nil && (res.Status().Admitted() || res.Status() == tokenlimit.Denied) {
-		s.failOpen.answeredLocally(open, res.Decision().Results, res.Decision().At, now)
+		s.answeredLocally(open, res.Decision().Results, res.Decision().At, now)
 	}
 	if err == nil && res.Status() == tokenlimit.Reserved { // a replay charges nothing more
 		// The store learns of it by id (see reconciler): the reserve may
 		// have reached it and been charged there already. Only when too
 		// many wait is it written back as a plain fail-open charge.
 		if s.pending.addReserve(storeReq, now.Add(s.opts.ReservationTTL)) != nil {
-			s.failOpen.admitted(open, res.Decision().Results, res.Decision().At, now)
+			s.admitted(open, res.Decision().Results, res.Decision().At, now)
 		}
 	}
 	if errors.Is(err, tokenlimit.ErrStoreFull) {
@@ -328,21 +346,35 @@ func (s *Service) failClosed(checks []check) (Decision, []check) {
 				Result: tokenlimit.Result{Limit: c.item.Limit.Capacity()}})
 			continue
 		}
-		c.item.Limit = share(c.item.Limit, c.limit.FailOpenShare)
+		c.item.Limit = resilient.ShareOf(c.item.Limit, c.limit.FailOpenShare)
 		open = append(open, c)
 	}
 	return d, open
 }
 
-// share scales a limit to a share of its budget, keeping at least 1.
-func share(l tokenlimit.Limit, f float64) tokenlimit.Limit {
-	if f >= 1 {
-		return l
+// seed starts the local budgets of open (fail-open checks scaled to their
+// shares) from the store's last answers (resilient.FailOpen.Seed).
+func (s *Service) seed(open []check, now time.Time) error {
+	for _, c := range open {
+		if err := s.failOpen.Seed(s.localStore, c.item, now); err != nil {
+			return err
+		}
 	}
-	scale := func(v int64) int64 { return max(1, int64(math.Floor(float64(v)*f))) }
-	if l.Burst != 0 {
-		l.Burst = scale(l.Burst)
+	return nil
+}
+
+// answeredLocally records that the local budgets answered open with
+// results at at: their budgets recover from now on.
+func (s *Service) answeredLocally(open []check, results []tokenlimit.Result, at, now time.Time) {
+	for i, c := range open {
+		s.failOpen.AnsweredLocally(c.item, policyOf(c.limit), results[i], at, now)
 	}
-	l.Quota = scale(l.Quota)
-	return l
+}
+
+// admitted records what the local budgets admitted for open, to write back
+// once the store answers.
+func (s *Service) admitted(open []check, results []tokenlimit.Result, at, now time.Time) {
+	for i, c := range open {
+		s.failOpen.Admitted(c.item, policyOf(c.limit), results[i], at, now)
+	}
 }

@@ -31,80 +31,28 @@ import (
 // be whole again (what it admitted has refilled: for a window, the window
 // the outage was in has ended), whichever comes first.
 
-// on moves m's phase by event e at at (whole: when the local budget would
-// be whole again, for LocalAnswered), keeping the count of budgets that
-// recover, and reports whether a request must keep to the local budget.
-// The caller holds m's lock.
-func (f *failOpen) on(m *budgetMemory, e resilient.Event, at, whole time.Time) bool {
-	was := m.phase.State
-	var hold bool
-	m.phase, hold = m.phase.On(e, at, whole, f.recovery)
-	switch now := m.phase.State; {
-	case was == resilient.Remote && now != resilient.Remote:
-		f.recovering.Add(1)
-	case was != resilient.Remote && now == resilient.Remote:
-		f.recovering.Add(-1)
-	}
-	return hold
-}
-
-// answeredLocally records that the local budget answered checks (scaled to
-// their shares) at at, with results: their budgets recover from now on.
-// Concurrency slots are leases the store releases by itself: they do not.
-func (f *failOpen) answeredLocally(checks []check, results []tokenlimit.Result, at, now time.Time) {
-	for i, c := range checks {
-		if c.limit.Concurrency {
-			continue
-		}
-		k := f.keyOf(c)
-		sh := f.shard(k)
-		sh.mu.Lock()
-		m := f.entry(sh, k, now)
-		f.on(m, resilient.LocalAnswered, at, at.Add(results[i].ResetAfter))
-		sh.mu.Unlock()
-	}
-}
-
-// writtenBack records that the store took the write-back adjs at now.
-func (f *failOpen) writtenBack(adjs []tokenlimit.Adjustment, now time.Time) {
-	for _, a := range adjs {
-		k := f.budget(a.Key, a.Limit.Algorithm)
-		sh := f.shard(k)
-		sh.mu.Lock()
-		if m := f.find(sh, k); m != nil && m.phase.State == resilient.Local {
-			f.on(m, resilient.StoreAnswered, now, time.Time{})
-		}
-		sh.mu.Unlock()
-	}
-}
-
-// anyRecovering reports whether any budget recovers: if none does, no
-// request has anything to hold.
-func (f *failOpen) anyRecovering() bool { return f.recovering.Load() > 0 }
-
-// recoveringChecks returns those of checks whose budgets recover at now: a
-// request must be admitted on their local budgets as well as by the store.
-// unseen reports that the store has not answered for one of them since its
-// local budget did. A budget whose recovery has ended stops recovering.
-func (f *failOpen) recoveringChecks(checks []check, now time.Time) (out []check, unseen bool) {
-	if !f.anyRecovering() {
-		return nil, false
-	}
+// recoveringChecks returns those of checks whose budgets recover at now
+// (resilient.FailOpen.Recovering); unseen reports that the store has not
+// answered for one of them since its local budget did.
+func (s *Service) recoveringChecks(checks []check, now time.Time) (out []check, unseen bool) {
 	for _, c := range checks {
-		if !c.limit.FailOpen || c.limit.Shadow || c.limit.Concurrency || c.item.Cost == 0 {
-			continue
-		}
-		k := f.keyOf(c)
-		sh := f.shard(k)
-		sh.mu.Lock()
-		m := f.find(sh, k)
-		if m != nil && f.on(m, resilient.Asked, now, time.Time{}) {
+		if rec, u := s.failOpen.Recovering(c.item, policyOf(c.limit), now); rec {
 			out = append(out, c)
-			unseen = unseen || m.phase.State == resilient.Local
+			unseen = unseen || u
 		}
-		sh.mu.Unlock()
 	}
 	return out, unseen
+}
+
+// hasPending reports whether any of checks has cost waiting to be written
+// back.
+func (s *Service) hasPending(checks []check) bool {
+	for _, c := range checks {
+		if s.failOpen.HasPending(c.item) {
+			return true
+		}
+	}
+	return false
 }
 
 // hold is what a request charged the local budgets of its recovering
@@ -122,16 +70,16 @@ type hold struct {
 // refuses calls it holds nothing: the store call fails at once and the
 // request is decided on the local budget as in any outage.
 func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Decision, ok bool) {
-	if !s.failOpen.anyRecovering() || !s.guard.Breaker().Ready() {
+	if !s.failOpen.AnyRecovering() || !s.guard.Breaker().Ready() {
 		return hold{}, Decision{}, true
 	}
-	recovering, unseen := s.failOpen.recoveringChecks(checks, s.opts.Clock())
+	recovering, unseen := s.recoveringChecks(checks, s.opts.Clock())
 	if len(recovering) == 0 {
 		return hold{}, Decision{}, true
 	}
 	h.checks = make([]check, len(recovering))
 	for i, c := range recovering {
-		c.item.Limit = share(c.item.Limit, c.limit.FailOpenShare)
+		c.item.Limit = resilient.ShareOf(c.item.Limit, c.limit.FailOpenShare)
 		h.checks[i] = c
 	}
 	ld, err := s.local.Check(context.Background(), items(h.checks)...)
@@ -147,7 +95,7 @@ func (s *Service) holdLocal(ctx context.Context, checks []check) (h hold, d Deci
 		h.at = ld.At
 		return h, Decision{}, true
 	}
-	if unseen || s.failOpen.hasPending(recovering) {
+	if unseen || s.hasPending(recovering) {
 		s.peek(ctx, recovering)
 	}
 	return hold{}, Decision{At: ld.At, Limits: outcomes(h.checks, ld.Results, true)}, false

@@ -133,7 +133,7 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 		return s.failoverReserve(checks, req), nil
 	}
 	if res.Status().Admitted() || res.Status() == tokenlimit.Denied {
-		s.failOpen.remember(checks, res.Decision().Results, res.Decision().At, s.opts.Clock)
+		s.remember(checks, res.Decision().Results, res.Decision().At)
 	}
 	return reservationDecision(checks, res, false)
 }

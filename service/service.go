@@ -91,7 +91,7 @@ type Service struct {
 	limiter    *tokenlimit.Limiter
 	local      *tokenlimit.Limiter // fail-open budgets while the store fails
 	localStore *memstore.Store     // local's store, asked whether it holds a reservation, seeded from the store's answers
-	failOpen   *failOpen
+	failOpen   *resilient.FailOpen
 	guard      *resilient.Store // opts.Store's calls with their timeout and breaker
 	metrics    *metrics
 	log        *slog.Logger
@@ -125,7 +125,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.failOpen = newFailOpen(opts.FailOpenKeys, opts.FailOpenRecovery, func(limit, result string, cost int64) {
+	s.failOpen = resilient.NewFailOpen(opts.FailOpenKeys, opts.FailOpenRecovery, func(limit, result string, cost int64) {
 		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
 	})
 	s.guard, err = resilient.New(opts.Store, resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,

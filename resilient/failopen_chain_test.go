@@ -1,4 +1,4 @@
-package service
+package resilient
 
 import (
 	"testing"
@@ -13,7 +13,7 @@ import (
 func TestFailOpenSharedSlotKeepsBudgetsApart(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	f := newFailOpen(3*failOpenShards, time.Minute, func(string, string, int64) {})
+	f := NewFailOpen(3*failOpenShards, time.Minute, func(string, string, int64) {})
 	const h = 42
 	alg := tokenlimit.FixedWindow
 	keys := []budgetKey{{"a", alg, h}, {"b", alg, h}, {"c", alg, h}}
