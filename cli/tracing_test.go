@@ -110,6 +110,27 @@ func wantParent(t *testing.T, child, parent *tracepb.Span) {
 	}
 }
 
+// postTraced posts a JSON body to url with traceparent (and authorization
+// unless "") and wants 200.
+func postTraced(t *testing.T, url, body, traceparent, authorization string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", traceparent)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s answered %d, want 200", url, resp.StatusCode)
+	}
+}
+
 const tracedSecret = "sk-tracedsecretvalue"
 
 // TestTracesOverOTLPHTTP: with the standard variables naming an
@@ -125,18 +146,8 @@ func TestTracesOverOTLPHTTP(t *testing.T) {
 	httpAddr, _ := startServe(t)
 
 	traceID, callerSpan := "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/v1/check",
-		strings.NewReader(`{"descriptors":{"user":"`+tracedSecret+`","route":"/v1/chat"}}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("check answered %d, want 200", resp.StatusCode)
-	}
+	postTraced(t, "http://"+httpAddr+"/v1/check", `{"descriptors":{"user":"`+tracedSecret+`","route":"/v1/chat"}}`,
+		"00-"+traceID+"-"+callerSpan+"-01", "")
 
 	id, _ := hex.DecodeString(traceID)
 	recv.waitFor(t, id, "POST")
@@ -191,7 +202,7 @@ func TestTracesGRPCAndProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		id, _ := hex.DecodeString(traceID)
-		spans := recv.waitFor(t, id, "tokenlimit.store.check")
+		spans := recv.waitFor(t, id, "tokenlimit.check") // ends after its store call: both are in
 		decision := spans["tokenlimit.check"]
 		if decision == nil || hex.EncodeToString(decision.ParentSpanId) != callerSpan {
 			t.Fatalf("decision span %v, want one whose parent is the caller's %s", decision, callerSpan)
@@ -224,20 +235,8 @@ func TestTracesGRPCAndProxy(t *testing.T) {
 			}
 		}()
 		traceID, callerSpan := "6bf92f3577b34da6a3ce929d0e0e4736", "20f067aa0ba902b7"
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions",
-			strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tracedSecret)
-		req.Header.Set("traceparent", "00-"+traceID+"-"+callerSpan+"-01")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("proxy answered %d, want 200", resp.StatusCode)
-		}
+		postTraced(t, base+"/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
+			"00-"+traceID+"-"+callerSpan+"-01", "Bearer "+tracedSecret)
 		id, _ := hex.DecodeString(traceID)
 		recv.waitFor(t, id, "tokenlimit.upstream")
 		spans := recv.waitFor(t, id, "POST")
