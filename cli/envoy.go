@@ -177,12 +177,18 @@ func warmUp(ctx context.Context, store tokenlimit.Store, log *slog.Logger) {
 }
 
 // storeReady reports whether the store is healthy: its breaker closed and
-// its last call answered (see resilient.Store.Health, which probes a store
-// that failed or never answered, within the store timeout).
+// a peek answered within the store timeout. resilient.Store.Health probes
+// only a store that failed or never answered; a drop-in replica may have no
+// traffic to find out that its store went away, so a healthy-looking store
+// is peeked too (through the breaker, which counts a failed peek).
 func storeReady(store *resilient.Store) func(context.Context) bool {
+	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
 	return func(ctx context.Context) bool {
-		h, _ := store.Health(ctx)
-		return !h.Degraded
+		if h, probed := store.Health(ctx); h.Degraded || probed {
+			return !h.Degraded
+		}
+		_, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1))
+		return err == nil
 	}
 }
 
