@@ -65,7 +65,13 @@ type serviceMonitor struct {
 // output and error.
 func template(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(helm(t), append([]string{"template", "rel", chart, "--namespace", "limits", "--kube-version", kubeVersion}, args...)...)
+	return templateRelease(t, "rel", args...)
+}
+
+// templateRelease is template for the release named release.
+func templateRelease(t *testing.T, release string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helm(t), append([]string{"template", release, chart, "--namespace", "limits", "--kube-version", kubeVersion}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -86,7 +92,13 @@ func (e *exitErr) Error() string { return e.err.Error() + ": " + e.stderr }
 // (a field the type does not have fails the test).
 func render(t *testing.T, args ...string) rendered {
 	t.Helper()
-	out, err := template(t, args...)
+	return renderRelease(t, "rel", args...)
+}
+
+// renderRelease is render for the release named release.
+func renderRelease(t *testing.T, release string, args ...string) rendered {
+	t.Helper()
+	out, err := templateRelease(t, release, args...)
 	if err != nil {
 		t.Fatalf("helm template %v: %v", args, err)
 	}
