@@ -27,7 +27,7 @@ func BenchmarkTracing(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			svc := testkit.NewService(b, testkit.Setup{Store: testkit.Memory, Start: time.Now(),
 				Config: testkit.ParseConfig(b, "limits:\n  - {name: rpm, key: [user], algorithm: token_bucket, capacity: 1000000000, refill: 1000000000/s}\n"),
-				Edit: func(o *service.Options) { o.Store, o.Tracer = v.t.store(o.Store), v.t.serviceTracer() }}).Service
+				Edit:   func(o *service.Options) { o.Store, o.Tracer = v.t.store(o.Store), v.t.serviceTracer() }}).Service
 			req := service.Request{Descriptors: map[string]string{"user": "alice"}}
 			ctx := context.Background()
 			b.ReportAllocs()

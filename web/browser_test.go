@@ -260,6 +260,44 @@ func logEntries(tb *tab, list string) (allowed []bool, retryMs []int64, text []s
 	return allowed, retryMs, text
 }
 
+// stoppableClock is real time that a test can stop: stopped, it reads the
+// instant it stopped at; started again, it goes on from that instant (the
+// time it was stopped never passes for it). Safe for concurrent use.
+type stoppableClock struct {
+	mu      sync.Mutex
+	behind  time.Duration // how far the clock is behind real time
+	stopped *time.Time
+}
+
+func (c *stoppableClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped != nil {
+		return *c.stopped
+	}
+	return time.Now().Add(-c.behind)
+}
+
+// Stop stops the clock; it is a no-op on a stopped clock.
+func (c *stoppableClock) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped == nil {
+		at := time.Now().Add(-c.behind)
+		c.stopped = &at
+	}
+}
+
+// Start lets a stopped clock go on from where it stopped.
+func (c *stoppableClock) Start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped != nil {
+		c.behind = time.Since(*c.stopped)
+		c.stopped = nil
+	}
+}
+
 func TestBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	shots := os.Getenv("TOKENLIMIT_SCREENSHOTS")
@@ -269,7 +307,10 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshots in %s", shots)
-	e := newEnv(t, nil, web.Options{AdminToken: "s3cret"}, false)
+	// The simulators' clicks below are decided at a stopped clock: on a
+	// loaded machine the clicks may take longer than the budgets' refill.
+	clock := &stoppableClock{}
+	e := newEnv(t, clock.Now, web.Options{AdminToken: "s3cret"}, false)
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 
@@ -278,6 +319,8 @@ func TestBrowser(t *testing.T) {
 	t.Run("sliding window", func(t *testing.T) {
 		tb := openTab(t, browser, srv, "window", shots)
 		tb.wait(`document.querySelector('#win-count').textContent === '0/5'`)
+		clock.Stop()
+		defer clock.Start()
 		for i := 1; i <= 6; i++ {
 			tb.click("#win-send")
 			tb.wait(fmt.Sprintf(`document.querySelectorAll('#win-log li').length === %d`, i))
@@ -301,11 +344,13 @@ func TestBrowser(t *testing.T) {
 	})
 
 	// On a full bucket, Chat then four Embeds: four ALLOWs (1+3+3+3 = 10)
-	// and a DENY whose retry-after is at most 1.5 s (3 tokens at 2/s, less
-	// what refilled meanwhile).
+	// and a DENY whose retry-after is 1.5 s (3 tokens at 2/s), at a stopped
+	// clock; started again, the gauge refills.
 	t.Run("token bucket", func(t *testing.T) {
 		tb := openTab(t, browser, srv, "bucket", shots)
 		tb.wait(`document.querySelector('#bkt-level').textContent === '10.00 / 10'`)
+		clock.Stop()
+		defer clock.Start()
 		for i, button := range []string{"#bkt-chat", "#bkt-embed", "#bkt-embed", "#bkt-embed", "#bkt-embed"} {
 			tb.click(button)
 			tb.wait(fmt.Sprintf(`document.querySelectorAll('#bkt-log li').length === %d`, i+1))
@@ -324,6 +369,7 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("the denial %q: retry after %d ms, want (0, 1500]", text[4], retry[4])
 		}
 		// The gauge refills live (the page peeks at the bucket).
+		clock.Start()
 		tb.wait(`parseFloat(document.querySelector('#bkt-level').textContent) >= 1`)
 		tb.screenshots("token-bucket")
 	})
