@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tokenlimit/tokenlimit/config"
@@ -65,6 +66,21 @@ func strict(t *testing.T, what string, doc []byte, v any) {
 	t.Helper()
 	if err := yaml.UnmarshalStrict(doc, v); err != nil {
 		t.Fatalf("%s does not decode strictly into %T: %v", what, v, err)
+	}
+}
+
+// onlyObject decodes the one manifest of path strictly into obj, which
+// must be a kind of apiVersion.
+func onlyObject(t *testing.T, path, apiVersion, kind string, obj interface{ GetObjectKind() schema.ObjectKind }) {
+	t.Helper()
+	docs := manifests(t, path)
+	if len(docs) != 1 {
+		t.Fatalf("%s: %d manifests, want one %s", path, len(docs), kind)
+	}
+	strict(t, path, docs[0], obj)
+	got, want := obj.GetObjectKind().GroupVersionKind(), schema.FromAPIVersionAndKind(apiVersion, kind)
+	if got != want {
+		t.Fatalf("%s: %v, want %v", path, got, want)
 	}
 }
 
@@ -219,15 +235,8 @@ type envoyFilter struct {
 // the ingress gateway, pointed at tokenlimit's gRPC port in the domain llm,
 // and sends the quickstart limits' descriptors.
 func TestRecipeIstio(t *testing.T) {
-	docs := manifests(t, recipeIstio)
-	if len(docs) != 1 {
-		t.Fatalf("%s: %d manifests, want one EnvoyFilter", recipeIstio, len(docs))
-	}
 	var obj envoyFilter
-	strict(t, recipeIstio, docs[0], &obj)
-	if obj.APIVersion != "networking.istio.io/v1alpha3" || obj.Kind != "EnvoyFilter" {
-		t.Fatalf("%s: %s %s, want networking.istio.io/v1alpha3 EnvoyFilter", recipeIstio, obj.APIVersion, obj.Kind)
-	}
+	onlyObject(t, recipeIstio, "networking.istio.io/v1alpha3", "EnvoyFilter", &obj)
 	var spec istiov1alpha3.EnvoyFilter
 	strictProto(t, recipeIstio+" spec", obj.Spec, &spec)
 	var filter *ratelimitfilterpb.RateLimit
@@ -299,15 +308,8 @@ type envoyPatchPolicy struct {
 // rate limit filter in the domain llm and the quickstart limits'
 // descriptors, to the Gateway eg.
 func TestRecipeEnvoyGateway(t *testing.T) {
-	docs := manifests(t, recipeEnvoyGateway)
-	if len(docs) != 1 {
-		t.Fatalf("%s: %d manifests, want one EnvoyPatchPolicy", recipeEnvoyGateway, len(docs))
-	}
 	var policy envoyPatchPolicy
-	strict(t, recipeEnvoyGateway, docs[0], &policy)
-	if policy.APIVersion != "gateway.envoyproxy.io/v1alpha1" || policy.Kind != "EnvoyPatchPolicy" {
-		t.Fatalf("%s: %s %s, want gateway.envoyproxy.io/v1alpha1 EnvoyPatchPolicy", recipeEnvoyGateway, policy.APIVersion, policy.Kind)
-	}
+	onlyObject(t, recipeEnvoyGateway, "gateway.envoyproxy.io/v1alpha1", "EnvoyPatchPolicy", &policy)
 	if ref := policy.Spec.TargetRef; ref.Kind != "Gateway" || ref.Group != "gateway.networking.k8s.io" || policy.Spec.Type != "JSONPatch" {
 		t.Errorf("%s: a %s patch of %s %s, want a JSONPatch of a Gateway", recipeEnvoyGateway, policy.Spec.Type, ref.Group, ref.Kind)
 	}
