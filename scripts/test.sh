@@ -12,61 +12,59 @@ as_root() {
 	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Redis: tests start their own redis-server processes on free ports
-# (internal/redistest); they never use a system Redis on 6379.
-if ! command -v redis-server >/dev/null 2>&1; then
-	echo "==> redis-server not on PATH: installing it (apt-get install redis-server)"
-	as_root apt-get update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
-fi
-echo "==> $(redis-server --version)"
-
-# Chromium: the dashboard's browser tests (web/browser_test.go) drive it headless.
-if [ ! -x /usr/bin/chromium ]; then
-	echo "==> /usr/bin/chromium missing: installing it (apt-get install chromium)"
-	as_root apt-get update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
-fi
-echo "==> $(/usr/bin/chromium --version 2>/dev/null)"
-
-# NGINX and Caddy: the gateway examples' tests (examples/gateways) run them.
-for pkg in nginx-light:nginx caddy:caddy; do
-	if ! command -v "${pkg#*:}" >/dev/null 2>&1 && [ ! -x "/usr/sbin/${pkg#*:}" ]; then
-		echo "==> ${pkg#*:} missing: installing it (apt-get install ${pkg%%:*})"
-		as_root apt-get update
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${pkg%%:*}"
-	fi
-done
-echo "==> $( (command -v nginx >/dev/null && nginx -v || /usr/sbin/nginx -v) 2>&1), caddy $(caddy version)"
-
-# podman and runc: the container image's tests (deploy/image_test.go) build
-# it with scripts/image.sh and run it.
-if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
-	echo "==> podman or runc missing: installing them (apt-get install podman runc)"
-	as_root apt-get update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y podman runc
-fi
-echo "==> $(podman --version), $(runc --version | head -1)"
-
 # helm, pinned (deploy/tools_test.go's helmVersion): the chart's tests run
-# helm lint and helm template. Built from source once per machine (it takes
-# minutes) into a cache directory the tests look in.
+# helm lint and helm template. Built from source once per machine into a
+# cache directory the tests look in; it takes minutes, so it builds in the
+# background while the packages below install, and the tests wait for it.
 HELM_VERSION="$(sed -n 's/^const helmVersion = "\(v[0-9.]*\)"$/\1/p' deploy/tools_test.go)"
 helm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tokenlimit/tools/helm-$HELM_VERSION"
+helm_build=""
 if [ ! -x "$helm_dir/helm" ]; then
-	echo "==> helm $HELM_VERSION missing: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION into $helm_dir (minutes, once per machine)"
-	GOBIN="$helm_dir" GOWORK=off go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	echo "==> helm $HELM_VERSION missing: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION into $helm_dir in the background (minutes, once per machine)"
+	helm_log="$(mktemp)"
+	GOBIN="$helm_dir" GOWORK=off go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$helm_log" 2>&1 &
+	helm_build=$!
 fi
-echo "==> $("$helm_dir/helm" version --short)"
 
-# Node and the official Anthropic and OpenAI SDKs (each pinned in its
+# Debian packages, installed in one apt-get when any is missing:
+#   redis-server  tests start their own servers on free ports (internal/redistest),
+#                 never a system Redis on 6379;
+#   chromium      the dashboard's browser tests (web/browser_test.go), headless;
+#   nginx, caddy  the gateway examples' tests (examples/gateways);
+#   podman, runc  the container image's tests (deploy/image_test.go);
+#   node, npm     the official LLM SDKs driven through the proxy (proxy/*_sdk_test.go).
+missing=()
+need() { # need PACKAGE COMMAND...: PACKAGE is missing unless every COMMAND is found
+	local pkg=$1 cmd
+	shift
+	for cmd in "$@"; do
+		if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ] && [ ! -x "/usr/bin/$cmd" ]; then
+			missing+=("$pkg")
+			return
+		fi
+	done
+}
+need redis-server redis-server
+need chromium chromium
+need nginx-light nginx
+need caddy caddy
+need podman podman
+need runc runc
+need nodejs node
+need npm npm
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "==> missing: installing ${missing[*]} (apt-get install)"
+	as_root apt-get update
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+fi
+echo "==> $(redis-server --version)"
+echo "==> $(/usr/bin/chromium --version 2>/dev/null)"
+echo "==> $( (command -v nginx >/dev/null && nginx -v || /usr/sbin/nginx -v) 2>&1), caddy $(caddy version)"
+echo "==> $(podman --version), $(runc --version | head -1)"
+
+# The official Anthropic and OpenAI SDKs (each pinned in its
 # package-lock.json): the proxy's tests drive them through the proxy
 # (proxy/anthropic_sdk_test.go, proxy/retry_test.go).
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-	echo "==> node or npm not on PATH: installing them (apt-get install nodejs npm)"
-	as_root apt-get update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm
-fi
 for sdk in proxy/testdata/anthropic-sdk:@anthropic-ai/sdk proxy/testdata/openai-sdk:openai; do
 	dir="${sdk%%:*}" pkg="${sdk#*:}"
 	if [ ! -f "$dir/node_modules/$pkg/package.json" ]; then
@@ -105,6 +103,16 @@ for dir in "${dirs[@]}"; do
 	pkgs+=(".${dir#"$PWD"}/...")
 done
 echo "==> ${#dirs[@]} modules: ${pkgs[*]}"
+
+if [ -n "$helm_build" ]; then
+	echo "==> waiting for the helm build"
+	if ! wait "$helm_build"; then
+		cat "$helm_log" >&2
+		echo "==> building helm $HELM_VERSION failed" >&2
+		false
+	fi
+fi
+echo "==> $("$helm_dir/helm" version --short)"
 
 echo "==> go vet"
 go vet "${pkgs[@]}"
