@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -334,12 +335,23 @@ type tracedStore struct {
 	tracer trace.Tracer
 }
 
+// start begins a store call's span. On the Redis store the span also gets
+// tokenlimit.store.batch: how many jobs the Redis call that made this one
+// carried (the largest, for a Cluster call over several slots; absent when
+// the store made no batched call).
 func (s tracedStore) start(ctx context.Context, op string, items int) (context.Context, trace.Span) {
-	return s.tracer.Start(ctx, "tokenlimit.store."+op, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := s.tracer.Start(ctx, "tokenlimit.store."+op, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			attribute.String("tokenlimit.store", tokenlimit.Describe(s.Store).Name),
 			attribute.Int("tokenlimit.store.items", items),
 		))
+	largest := 0
+	return redisstore.WithBatchObserver(ctx, func(jobs int) {
+		if jobs > largest {
+			largest = jobs
+			span.SetAttributes(attribute.Int("tokenlimit.store.batch", jobs))
+		}
+	}), span
 }
 
 func endStore(span trace.Span, err error) {

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
 )
 
 // otlpReceiver is an in-process OTLP/HTTP trace receiver: it decodes each
@@ -173,6 +175,29 @@ func TestTracesOverOTLPHTTP(t *testing.T) {
 		if text := s.String(); strings.Contains(text, tracedSecret) {
 			t.Errorf("span %s holds the descriptor's value: %s", s.Name, text)
 		}
+	}
+}
+
+// On Redis the store call's span says how many jobs the Redis call that
+// made it carried: 1 for a lone check (redisstore.WithBatchObserver).
+func TestTracesStoreBatchOnRedis(t *testing.T) {
+	recv, srv := newOTLPReceiver(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+	redis := redistest.Start(t)
+	httpAddr, _ := startServe(t, "--redis", redis.URL())
+
+	traceID := "6bf92f3577b34da6a3ce929d0e0e4736"
+	postTraced(t, "http://"+httpAddr+"/v1/check", `{"descriptors":{"user":"u1","route":"/v1/chat"}}`,
+		"00-"+traceID+"-20f067aa0ba902b7-01", "")
+	id, _ := hex.DecodeString(traceID)
+	store := recv.waitFor(t, id, "tokenlimit.store.check")["tokenlimit.store.check"]
+	if got, _ := attr(store, "tokenlimit.store.batch"); got != "int_value:1" {
+		t.Errorf("store span's batch = %q, want 1", got)
+	}
+	if got, _ := attr(store, "tokenlimit.store"); !strings.Contains(got, "redis") {
+		t.Errorf("store span's store = %q, want the Redis store", got)
 	}
 }
 

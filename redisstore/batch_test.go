@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,9 @@ func untilLanesHeld(t *testing.T, g *gated, queued func() int, n int) {
 
 // Checks that arrive while calls are in flight queue and are decided
 // together in one call, each on its own and in order, and exactly: a bucket
-// of 5 admits 5 of 12 concurrent checks, in 2 lone calls and 1 batch.
+// of 5 admits 5 of 12 concurrent checks, in 2 lone calls and 1 batch, and
+// each caller's batch observer hears the size of the call that made its
+// check (1 for a lone call, 10 for the batch).
 func TestChecksQueuedBehindCallsShareOneCall(t *testing.T) {
 	srv := redistest.Start(t)
 	g := &gated{Scripter: rueidisclient.New(rueidisClient(t, srv.Addr())), open: make(chan struct{})}
@@ -50,11 +53,13 @@ func TestChecksQueuedBehindCallsShareOneCall(t *testing.T) {
 	const callers = 12
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
-	for range callers {
+	observed := make([][]int, callers)
+	for i := range callers {
 		wg.Go(func() {
 			results := make([]tokenlimit.Result, 1)
 			items := []tokenlimit.Item{{Key: "user=batch", Limit: limit, Cost: 1}}
-			if _, err := st.Check(context.Background(), storetest.Base, items, results); err != nil {
+			ctx := redisstore.WithBatchObserver(context.Background(), func(jobs int) { observed[i] = append(observed[i], jobs) })
+			if _, err := st.Check(ctx, storetest.Base, items, results); err != nil {
 				t.Error(err)
 				return
 			}
@@ -71,6 +76,17 @@ func TestChecksQueuedBehindCallsShareOneCall(t *testing.T) {
 	}
 	if n, lanes := g.calls.Load(), int64(redisstore.BatchLanes); n != lanes+1 {
 		t.Errorf("%d script calls for %d checks, want %d (%d alone, 1 batch of %d)", n, callers, lanes+1, lanes, callers-lanes)
+	}
+	sizes := map[int]int{} // batch size observed -> callers that observed it
+	for i, o := range observed {
+		if len(o) != 1 {
+			t.Errorf("caller %d's observer heard %v, want one batch size", i, o)
+			continue
+		}
+		sizes[o[0]]++
+	}
+	if want := map[int]int{1: redisstore.BatchLanes, callers - redisstore.BatchLanes: callers - redisstore.BatchLanes}; !maps.Equal(sizes, want) {
+		t.Errorf("callers by the batch size they observed: %v, want %v", sizes, want)
 	}
 }
 

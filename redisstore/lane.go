@@ -65,11 +65,13 @@ type laneJob interface {
 
 // queuedCall is the part every job has. err is its outcome's error; done
 // receives one value when the job is made (buffered, so the lane never
-// blocks on a caller that gave up).
+// blocks on a caller that gave up); jobs is how many jobs the call that
+// made it carried.
 type queuedCall struct {
 	ctx  context.Context
 	now  time.Time
 	err  error
+	jobs int
 	done chan struct{}
 }
 
@@ -120,6 +122,7 @@ func (l *lane[J]) do(j J) error {
 		l.mu.Unlock()
 		l.alone(j)
 		l.next()
+		observeBatch(j.call().ctx, 1)
 		return nil
 	}
 	j.detach()
@@ -142,6 +145,7 @@ func (l *lane[J]) wait(j J) error {
 		<-c.done
 	}
 	j.deliver()
+	observeBatch(c.ctx, c.jobs)
 	return nil
 }
 
@@ -223,6 +227,7 @@ func (l *lane[J]) make(b *laneBatch[J]) {
 		return
 	case 1:
 		l.alone(live[0])
+		live[0].call().jobs = 1
 		live[0].call().made()
 		return
 	}
@@ -240,7 +245,29 @@ func (l *lane[J]) make(b *laneBatch[J]) {
 		if err != nil {
 			c.err = err
 		}
+		c.jobs = len(live)
 		c.made()
+	}
+}
+
+// WithBatchObserver returns a copy of ctx whose calls to a Store report to
+// observe how many jobs (checks, reservations or settlements) the Redis
+// call that made each of them carried: 1 for a call of its own, more for a
+// job that queued behind the calls in flight and went out with others. A
+// tracer records it beside the store call's span. observe runs in the
+// caller's goroutine before the store call returns, once per job made (a
+// Cluster check across k slots makes k jobs), never for a job whose caller
+// gave up or that an unbatched store made; it must not block.
+func WithBatchObserver(ctx context.Context, observe func(jobs int)) context.Context {
+	return context.WithValue(ctx, batchObserverKey{}, observe)
+}
+
+type batchObserverKey struct{}
+
+// observeBatch reports jobs to ctx's batch observer, if it has one.
+func observeBatch(ctx context.Context, jobs int) {
+	if observe, ok := ctx.Value(batchObserverKey{}).(func(int)); ok {
+		observe(jobs)
 	}
 }
 
