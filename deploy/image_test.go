@@ -279,18 +279,65 @@ func TestImageTwoReplicasDecideAsOne(t *testing.T) {
 // On SIGTERM the container stops taking connections, finishes the request
 // in flight (its answer arrives after the signal) and exits 0.
 func TestImageDrainsOnSIGTERM(t *testing.T) {
-	buildImage(t)
 	c := startContainer(t, limitsYAML)
+	status, data := inFlightAtSIGTERM(t, c, "/v1/check", `{"descriptors":{"user":"ann"}}`)
+	if status != http.StatusOK || !strings.Contains(data, `"allowed":true`) {
+		t.Errorf("the check in flight at SIGTERM: HTTP %d %s, want its decision", status, data)
+	}
+}
+
+// bucketYAML is a token bucket of 10 that refills 1 an hour.
+const bucketYAML = `limits:
+  - name: per-user
+    key: [user]
+    algorithm: token_bucket
+    capacity: 10
+    refill: 1/1h
+`
+
+// A settlement in flight at SIGTERM is applied before the container exits:
+// a reservation of 8 settled at 1 leaves 9 of the bucket's 10 for a second
+// container on the same Redis.
+func TestImageSettlesInFlightOnSIGTERM(t *testing.T) {
+	redis := redistest.Start(t)
+	a := startContainer(t, bucketYAML, "--redis="+redis.URL())
+	b := startContainer(t, bucketYAML, "--redis="+redis.URL())
+	if status, err := post(a.base+"/v1/reserve", `{"id":"r1","descriptors":{"user":"bob"},"cost":8}`); err != nil || status != http.StatusOK {
+		t.Fatalf("reserve on %s: HTTP %d, %v", a.name, status, err)
+	}
+	status, data := inFlightAtSIGTERM(t, a, "/v1/settle", `{"id":"r1","actual":1}`)
+	if status != http.StatusOK || !strings.Contains(data, `"settled":true`) {
+		t.Fatalf("the settlement in flight at SIGTERM: HTTP %d %s, want it settled", status, data)
+	}
+	allowed := 0
+	for range 12 {
+		status, err := post(b.base+"/v1/check", `{"descriptors":{"user":"bob"}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status == http.StatusOK {
+			allowed++
+		}
+	}
+	if allowed != 9 {
+		t.Errorf("after a reservation of 8 settled at 1, %d checks of 1 allowed on the other container, want 9", allowed)
+	}
+}
+
+// inFlightAtSIGTERM sends a POST of body to path on c, SIGTERMs c while
+// the request is in flight, checks that c takes no new connection and
+// exits 0, and returns the request's answer.
+func inFlightAtSIGTERM(t *testing.T, c container, path, body string) (int, string) {
+	t.Helper()
 	addr := strings.TrimPrefix(c.base, "http://")
 	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	body := `{"descriptors":{"user":"ann"}}`
 	// Expect: 100-continue: the server answers 100 once the handler reads
 	// the body, so the request is in flight when the signal comes.
-	fmt.Fprintf(conn, "POST /v1/check HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", addr, len(body))
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", path, addr, len(body))
 	r := bufio.NewReader(conn)
 	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100") {
 		t.Fatalf("before the body: %q, %v, want 100 Continue", line, err)
@@ -313,12 +360,10 @@ func TestImageDrainsOnSIGTERM(t *testing.T) {
 	}
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(data), `"allowed":true`) {
-		t.Errorf("the request in flight at SIGTERM: %s %s, want its decision", resp.Status, data)
-	}
 	if code := strings.TrimSpace(mustRun(t, "wait", c.name)); code != "0" {
 		t.Errorf("exit status after SIGTERM: %s, want 0", code)
 	}
+	return resp.StatusCode, string(data)
 }
 
 // A configuration that does not validate stops the container at start
