@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -86,6 +87,41 @@ func TestReleaseBuildNeedsNoReplace(t *testing.T) {
 
 // copyRepo copies the repository's tracked and untracked-but-not-ignored
 // files into a temporary directory.
+// scripts/release.sh binaries builds each platform's binary stamped with
+// the release's version and a SHA256SUMS that `sha256sum -c` accepts: here
+// for this machine's platform only (TOKENLIMIT_PLATFORMS), whose binary
+// then runs.
+func TestReleaseBinaries(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	build := exec.Command(filepath.Join(root, "scripts", "release.sh"), "binaries", dir)
+	build.Env = append(os.Environ(), "TOKENLIMIT_PLATFORMS="+platform, "VERSION="+releaseVersion)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/release.sh binaries: %v\n%s", err, out)
+	}
+	name := "tokenlimit-" + releaseVersion + "-" + runtime.GOOS + "-" + runtime.GOARCH
+	sums, err := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(sums)), "\n"); len(lines) != 1 || !strings.HasSuffix(lines[0], "  "+name) {
+		t.Fatalf("SHA256SUMS:\n%s\nwant one line for %s", sums, name)
+	}
+	check := exec.Command("sha256sum", "-c", "SHA256SUMS")
+	check.Dir = dir
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum -c SHA256SUMS: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(dir, name), "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), releaseVersion) {
+		t.Errorf("%s version: %v\n%s\nwant it to print %s", name, err, out, releaseVersion)
+	}
+}
+
 func copyRepo(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("..")

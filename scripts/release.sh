@@ -24,7 +24,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib/build.sh
 
 readonly module=github.com/tokenlimit/tokenlimit
-platforms=(linux/amd64 linux/arm64 darwin/amd64 darwin/arm64)
+# TOKENLIMIT_PLATFORMS (space-separated GOOS/GOARCH) builds others; the
+# release test builds its own machine's only.
+read -r -a platforms <<<"${TOKENLIMIT_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}"
 
 binaries() {
 	local dir="${1:-dist}" version
