@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -179,6 +180,30 @@ func (a PlaneAdmin) teams(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a PlaneAdmin) team(w http.ResponseWriter, r *http.Request) {
+	serveRecord(a, w, r, recordOps[*plane.Team, teamBody]{
+		kind: "team", deleted: "delete",
+		get: a.Plane.Team, update: a.Plane.UpdateTeam, remove: a.Plane.DeleteTeam,
+		id: func(t *plane.Team) string { return t.ID }, version: func(t *plane.Team) int64 { return t.Version },
+		body: teamOf,
+	})
+}
+
+// recordOps are what GET, PUT and DELETE of one team or key need: the
+// plane's calls for that kind of record and its answer's shape.
+type recordOps[R any, B any] struct {
+	kind    string // "team" or "key", for the audit line
+	deleted string // the audit line's action for DELETE
+	get     func(id string) (R, bool)
+	update  func(ctx context.Context, id string, s plane.Spec, ifVersion int64) (R, error)
+	remove  func(ctx context.Context, id string, ifVersion int64) error
+	id      func(R) string
+	version func(R) int64
+	body    func(R) B
+}
+
+// serveRecord answers GET, PUT or DELETE of the record r's path names,
+// with its version as ETag and If-Match as the version a write expects.
+func serveRecord[R any, B any](a PlaneAdmin, w http.ResponseWriter, r *http.Request, ops recordOps[R, B]) {
 	id := r.PathValue("id")
 	version, e := ifMatch(r)
 	if e != nil {
@@ -187,33 +212,33 @@ func (a PlaneAdmin) team(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		t, ok := a.Plane.Team(id)
+		rec, ok := ops.get(id)
 		if !ok {
 			a.planeError(w, r, plane.ErrNotFound, false)
 			return
 		}
-		w.Header().Set("ETag", etag(t.Version))
-		WriteJSON(w, http.StatusOK, teamOf(t))
+		w.Header().Set("ETag", etag(ops.version(rec)))
+		WriteJSON(w, http.StatusOK, ops.body(rec))
 	case http.MethodPut:
 		var s plane.Spec
 		if e := Decode(w, r, a.MaxBody, &s); e != nil {
 			WriteError(w, e)
 			return
 		}
-		t, err := a.Plane.UpdateTeam(r.Context(), id, s, version)
+		rec, err := ops.update(r.Context(), id, s, version)
 		if err != nil {
 			a.planeError(w, r, err, version != plane.AnyVersion)
 			return
 		}
-		a.audit(r, "update", "team", t.ID, t.Version)
-		w.Header().Set("ETag", etag(t.Version))
-		WriteJSON(w, http.StatusOK, teamOf(t))
+		a.audit(r, "update", ops.kind, ops.id(rec), ops.version(rec))
+		w.Header().Set("ETag", etag(ops.version(rec)))
+		WriteJSON(w, http.StatusOK, ops.body(rec))
 	case http.MethodDelete:
-		if err := a.Plane.DeleteTeam(r.Context(), id, version); err != nil {
+		if err := ops.remove(r.Context(), id, version); err != nil {
 			a.planeError(w, r, err, version != plane.AnyVersion)
 			return
 		}
-		a.audit(r, "delete", "team", id, 0)
+		a.audit(r, ops.deleted, ops.kind, id, 0)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
@@ -292,43 +317,12 @@ func (a PlaneAdmin) listKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a PlaneAdmin) key(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	version, e := ifMatch(r)
-	if e != nil {
-		WriteError(w, e)
-		return
-	}
-	switch r.Method {
-	case http.MethodGet:
-		k, ok := a.Plane.Key(id)
-		if !ok {
-			a.planeError(w, r, plane.ErrNotFound, false)
-			return
-		}
-		w.Header().Set("ETag", etag(k.Version))
-		WriteJSON(w, http.StatusOK, keyOf(k))
-	case http.MethodPut:
-		var s plane.Spec
-		if e := Decode(w, r, a.MaxBody, &s); e != nil {
-			WriteError(w, e)
-			return
-		}
-		k, err := a.Plane.UpdateKey(r.Context(), id, s, version)
-		if err != nil {
-			a.planeError(w, r, err, version != plane.AnyVersion)
-			return
-		}
-		a.audit(r, "update", "key", k.ID, k.Version)
-		w.Header().Set("ETag", etag(k.Version))
-		WriteJSON(w, http.StatusOK, keyOf(k))
-	case http.MethodDelete:
-		if err := a.Plane.DeleteKey(r.Context(), id, version); err != nil {
-			a.planeError(w, r, err, version != plane.AnyVersion)
-			return
-		}
-		a.audit(r, "revoke", "key", id, 0)
-		w.WriteHeader(http.StatusNoContent)
-	}
+	serveRecord(a, w, r, recordOps[*plane.Key, keyBody]{
+		kind: "key", deleted: "revoke",
+		get: a.Plane.Key, update: a.Plane.UpdateKey, remove: a.Plane.DeleteKey,
+		id: func(k *plane.Key) string { return k.ID }, version: func(k *plane.Key) int64 { return k.Version },
+		body: keyOf,
+	})
 }
 
 // rotateBody is the body of POST /v1/admin/keys/{id}/rotate.
