@@ -211,4 +211,3 @@ func sseEvents(r io.Reader) ([]string, error) {
 	}
 	return events, sc.Err()
 }
-
