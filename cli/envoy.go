@@ -170,8 +170,7 @@ const warmUpTimeout = time.Second
 func warmUp(ctx context.Context, store tokenlimit.Store, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()
-	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
-	if _, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1)); err != nil {
+	if err := resilient.Peek(ctx, store, time.Now()); err != nil {
 		log.Warn("the store does not answer yet; domains follow their failure modes until it does", "error", err)
 	}
 }
@@ -182,13 +181,11 @@ func warmUp(ctx context.Context, store tokenlimit.Store, log *slog.Logger) {
 // traffic to find out that its store went away, so a healthy-looking store
 // is peeked too (through the breaker, which counts a failed peek).
 func storeReady(store *resilient.Store) func(context.Context) bool {
-	peek := []tokenlimit.Item{{Key: "tokenlimit:health", Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
 	return func(ctx context.Context) bool {
 		if h, probed := store.Health(ctx); h.Degraded || probed {
 			return !h.Degraded
 		}
-		_, err := store.Check(ctx, time.Now(), peek, make([]tokenlimit.Result, 1))
-		return err == nil
+		return resilient.Peek(ctx, store, time.Now()) == nil
 	}
 }
 

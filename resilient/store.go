@@ -80,7 +80,6 @@ type Store struct {
 	store     tokenlimit.Store
 	info      tokenlimit.StoreInfo
 	clock     func() time.Time
-	timeout   time.Duration
 	breaker   *breaker.Breaker
 	deadlines *storeDeadlines
 	// answered is set once the store has answered a call; lastErr is the
@@ -101,7 +100,7 @@ func New(store tokenlimit.Store, opts Options) (*Store, error) {
 			opts.Timeout, opts.BreakerThreshold, opts.BreakerCooldown)
 	}
 	opts = withDefaults(opts)
-	s := &Store{store: store, info: tokenlimit.Describe(store), clock: opts.Clock, timeout: opts.Timeout,
+	s := &Store{store: store, info: tokenlimit.Describe(store), clock: opts.Clock,
 		breaker: breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock), deadlines: newStoreDeadlines(opts.Timeout)}
 	if opts.OnBreaker != nil {
 		s.breaker.OnChange(opts.OnBreaker)
@@ -258,6 +257,14 @@ type Health struct {
 // healthKey is the budget a health probe peeks at.
 const healthKey = "tokenlimit:health"
 
+// Peek asks store about the health budget at now, charging nothing: one
+// call that shows whether store answers.
+func Peek(ctx context.Context, store tokenlimit.Store, now time.Time) error {
+	peek := []tokenlimit.Item{{Key: healthKey, Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
+	_, err := store.Check(ctx, now, peek, make([]tokenlimit.Result, 1))
+	return err
+}
+
 // Health returns the store's health. While the breaker is not closed and
 // its cooldown has passed, or while a remote store has not answered yet, it
 // probes the store itself (one peek, within the timeout), so that a process
@@ -265,9 +272,7 @@ const healthKey = "tokenlimit:health"
 // answered. ok reports that the probe was made and answered.
 func (s *Store) Health(ctx context.Context) (h Health, probed bool) {
 	if s.info.Remote && (s.breaker.State() != breaker.Closed || !s.answered.Load()) && s.breaker.Ready() {
-		peek := []tokenlimit.Item{{Key: healthKey, Limit: tokenlimit.FixedWindowLimit(1, time.Second)}}
-		_, err := s.Check(ctx, s.clock(), peek, make([]tokenlimit.Result, 1))
-		probed = err == nil
+		probed = Peek(ctx, s, s.clock()) == nil
 	}
 	st := s.breaker.State()
 	h = Health{Breaker: st.String(), Degraded: st != breaker.Closed || (s.info.Remote && !s.answered.Load())}
