@@ -140,6 +140,14 @@ func kindOf(r *http.Request) string {
 	return "key"
 }
 
+// written answers a change of a record with its new version as ETag and
+// body, after its audit line.
+func (a PlaneAdmin) written(w http.ResponseWriter, r *http.Request, status int, action, kind, id string, version int64, body any) {
+	a.audit(r, action, kind, id, version)
+	w.Header().Set("ETag", etag(version))
+	WriteJSON(w, status, body)
+}
+
 // audit logs one change: who, what, which record, its new version.
 func (a PlaneAdmin) audit(r *http.Request, action, kind, id string, version int64) {
 	a.Log.InfoContext(r.Context(), "plane change", "who", a.Who, "action", action, "kind", kind, "id", id, "version", version)
@@ -173,10 +181,8 @@ func (a PlaneAdmin) teams(w http.ResponseWriter, r *http.Request) {
 		a.planeError(w, r, err, false)
 		return
 	}
-	a.audit(r, "create", "team", t.ID, t.Version)
-	w.Header().Set("ETag", etag(t.Version))
 	w.Header().Set("Location", "/v1/admin/teams/"+t.ID)
-	WriteJSON(w, http.StatusCreated, teamOf(t))
+	a.written(w, r, http.StatusCreated, "create", "team", t.ID, t.Version, teamOf(t))
 }
 
 func (a PlaneAdmin) team(w http.ResponseWriter, r *http.Request) {
@@ -230,9 +236,7 @@ func serveRecord[R any, B any](a PlaneAdmin, w http.ResponseWriter, r *http.Requ
 			a.planeError(w, r, err, version != plane.AnyVersion)
 			return
 		}
-		a.audit(r, "update", ops.kind, ops.id(rec), ops.version(rec))
-		w.Header().Set("ETag", etag(ops.version(rec)))
-		WriteJSON(w, http.StatusOK, ops.body(rec))
+		a.written(w, r, http.StatusOK, "update", ops.kind, ops.id(rec), ops.version(rec), ops.body(rec))
 	case http.MethodDelete:
 		if err := ops.remove(r.Context(), id, version); err != nil {
 			a.planeError(w, r, err, version != plane.AnyVersion)
@@ -258,12 +262,10 @@ func (a PlaneAdmin) keys(w http.ResponseWriter, r *http.Request) {
 		a.planeError(w, r, err, false)
 		return
 	}
-	a.audit(r, "create", "key", k.ID, k.Version)
 	b := keyOf(k)
 	b.Secret = secret
-	w.Header().Set("ETag", etag(k.Version))
 	w.Header().Set("Location", "/v1/admin/keys/"+k.ID)
-	WriteJSON(w, http.StatusCreated, b)
+	a.written(w, r, http.StatusCreated, "create", "key", k.ID, k.Version, b)
 }
 
 // page reads the paging parameters: after (the last id of the previous
@@ -357,11 +359,9 @@ func (a PlaneAdmin) rotate(w http.ResponseWriter, r *http.Request) {
 		a.planeError(w, r, err, version != plane.AnyVersion)
 		return
 	}
-	a.audit(r, "rotate", "key", k.ID, k.Version)
 	out := keyOf(k)
 	out.Secret = secret
-	w.Header().Set("ETag", etag(k.Version))
-	WriteJSON(w, http.StatusOK, out)
+	a.written(w, r, http.StatusOK, "rotate", "key", k.ID, k.Version, out)
 }
 
 // usageBody is one limit of GET /v1/admin/keys/{id}/usage.
