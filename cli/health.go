@@ -37,13 +37,16 @@ func healthCommand() *cobra.Command {
 	return cmd
 }
 
-// getStatus is the status of a GET of url.
+// getStatus is the status of a GET of url, on a connection of its own: a
+// health check keeps none, so it never reuses one the server has since
+// closed.
 func getStatus(ctx context.Context, url string) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err
 	}
