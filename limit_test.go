@@ -433,3 +433,37 @@ func TestREADMEIsAnExample(t *testing.T) {
 		t.Errorf("the README's engine example is not the body of readme in example_test.go:\n%s", block)
 	}
 }
+
+func TestSettleRequestMeasures(t *testing.T) {
+	t.Parallel()
+	base := tokenlimit.SettleRequest{ID: "r", TTL: time.Hour}
+	for _, tc := range []struct {
+		measures []int64
+		field    string
+	}{
+		{make([]int64, tokenlimit.MaxMeasures+1), "measures"},
+		{[]int64{1, -1}, "measures[1]"},
+		{[]int64{tokenlimit.MaxCost + 1}, "measures[0]"},
+	} {
+		req := base
+		req.Measures = tc.measures
+		if got := fieldOf(t, req.Validate()); got != tc.field {
+			t.Errorf("Validate with measures %v names %q, want %q", tc.measures, got, tc.field)
+		}
+	}
+	req := base
+	req.Actual, req.Measures = 7, []int64{3}
+	for _, tc := range []struct {
+		rule tokenlimit.SettleRule
+		want int64
+	}{{tokenlimit.SettleActual, 7}, {tokenlimit.MeasureRule(0), 3}, {tokenlimit.MeasureRule(1), 5}} {
+		if got := req.Settled(tc.rule, 5); got != tc.want {
+			t.Errorf("Settled(rule %d, 5) = %d, want %d", tc.rule, got, tc.want)
+		}
+	}
+	r := tokenlimit.ReserveRequest{ID: "r", TTL: time.Hour, Items: []tokenlimit.Item{{Key: "k", Limit: tokenlimit.FixedWindowLimit(10, time.Hour), Cost: 1}},
+		Rules: []tokenlimit.SettleRule{tokenlimit.MeasureRule(tokenlimit.MaxMeasures)}}
+	if got := fieldOf(t, r.Validate(make([]tokenlimit.Result, 1))); got != "rules[0]" {
+		t.Errorf("a rule past the last measure: Validate names %q, want rules[0]", got)
+	}
+}

@@ -30,7 +30,20 @@ const (
 	// of it, such as its price in micro-dollars), or keeps its charge when
 	// the settlement gives no spend.
 	SettleSpend
+	// SettleMeasure is the first of MaxMeasures rules (see MeasureRule):
+	// under SettleMeasure+k the item costs the settlement's Measures[k]
+	// (one more measure of the request, such as its output tokens), or
+	// keeps its charge when the settlement gives fewer measures.
+	SettleMeasure
 )
+
+// MaxMeasures is how many measures a settlement may carry (see
+// SettleRequest.Measures).
+const MaxMeasures = 16
+
+// MeasureRule returns the rule that settles an item to measure k,
+// 0 <= k < MaxMeasures.
+func MeasureRule(k int) SettleRule { return SettleMeasure + SettleRule(k) }
 
 // ReserveRequest is a reservation to record in a store: an all-or-nothing
 // check of Items whose charges are kept under ID until they are settled.
@@ -71,7 +84,7 @@ func (r ReserveRequest) Validate(results []Result) error {
 		return fieldErr("rules", "need one rule per item or none: %d items, %d rules", len(r.Items), len(r.Rules))
 	}
 	for i, rule := range r.Rules {
-		if rule > SettleSpend {
+		if rule >= SettleMeasure+MaxMeasures {
 			return fieldErr("rules["+strconv.Itoa(i)+"]", "unknown settle rule %d", rule)
 		}
 	}
@@ -187,6 +200,10 @@ type SettleRequest struct {
 	// Spend, if not nil, is the request's real spend, 0..MaxCost, which
 	// items under SettleSpend are set to; nil keeps their charge.
 	Spend *int64
+	// Measures are further measures of the request, each 0..MaxCost, at
+	// most MaxMeasures: an item under MeasureRule(k) is set to
+	// Measures[k], and keeps its charge when k >= len(Measures).
+	Measures []int64
 	// Cancel refunds every item's whole charge, whatever its rule: the
 	// request never happened.
 	Cancel bool
@@ -211,6 +228,14 @@ func (r SettleRequest) Validate() error {
 	if r.Spend != nil && (*r.Spend < 0 || *r.Spend > MaxCost) {
 		return fieldErr("spend", "must be between 0 and %d, got %d", int64(MaxCost), *r.Spend)
 	}
+	if len(r.Measures) > MaxMeasures {
+		return fieldErr("measures", "at most %d, got %d", MaxMeasures, len(r.Measures))
+	}
+	for k, m := range r.Measures {
+		if m < 0 || m > MaxCost {
+			return fieldErr("measures["+strconv.Itoa(k)+"]", "must be between 0 and %d, got %d", int64(MaxCost), m)
+		}
+	}
 	return nil
 }
 
@@ -223,6 +248,11 @@ func (r SettleRequest) Settled(rule SettleRule, cost int64) int64 {
 		return cost
 	case rule == SettleSpend:
 		return *r.Spend
+	case rule >= SettleMeasure:
+		if k := int(rule - SettleMeasure); k < len(r.Measures) {
+			return r.Measures[k]
+		}
+		return cost
 	}
 	return r.Actual
 }

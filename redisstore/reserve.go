@@ -116,8 +116,8 @@ func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req 
 	if req.Spend != nil {
 		spend = strconv.FormatInt(*req.Spend, 10)
 	}
-	args := append(s.header(now, 5), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
-		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend)
+	args := append(s.header(now, 6), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
+		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend, measuresArg(req.Measures))
 	sc := settleSc
 	if forget {
 		sc = undoSettleSc // a full Redis runs it too (undoSettleEntry)
@@ -130,6 +130,19 @@ func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req 
 		return 0, fmt.Errorf("redisstore: settle: unexpected reply %v", reply)
 	}
 	return tokenlimit.SettleStatus(reply[1]), nil
+}
+
+// measuresArg writes a settlement's measures as the scripts read them:
+// "m0,m1,...", or "" for none.
+func measuresArg(measures []int64) string {
+	var b []byte
+	for k, m := range measures {
+		if k > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, m, 10)
+	}
+	return string(b)
 }
 
 func flag(b bool) string {

@@ -58,6 +58,7 @@ func (j *settleJob) detach() {
 		spend := *j.req.Spend
 		j.req.Spend = &spend
 	}
+	j.req.Measures = slices.Clone(j.req.Measures)
 }
 
 func (j *settleJob) deliver() {}
@@ -183,7 +184,7 @@ func (s *Store) reserveMany(ctx context.Context, jobs []*reserveJob, _ *callBuff
 // settleMany runs settle_batch.lua on jobs and writes each job's status.
 func (s *Store) settleMany(ctx context.Context, jobs []*settleJob, _ *callBuffers) error {
 	keys := make([]string, len(jobs))
-	args := make([]string, 1, 1+5*len(jobs))
+	args := make([]string, 1, 1+6*len(jobs))
 	args[0] = s.padMs
 	for i, j := range jobs {
 		keys[i] = s.RecordKey(j.req.ID)
@@ -195,7 +196,8 @@ func (s *Store) settleMany(ctx context.Context, jobs []*settleJob, _ *callBuffer
 		if s.caller {
 			now = strconv.FormatInt(j.now.UnixMicro(), 10)
 		}
-		args = append(args, now, strconv.FormatInt(j.req.Actual, 10), flag(j.req.Cancel), strconv.FormatInt(j.req.TTL.Microseconds(), 10), spend)
+		args = append(args, now, strconv.FormatInt(j.req.Actual, 10), flag(j.req.Cancel), strconv.FormatInt(j.req.TTL.Microseconds(), 10), spend,
+			measuresArg(j.req.Measures))
 	}
 	reply, err := s.runIdempotent(ctx, settleBatchSc, keys, args)
 	if err != nil {

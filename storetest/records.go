@@ -101,6 +101,20 @@ func reservationRecordCases() []Case {
 			atKey(s, "tok", 0, Ok(7, time.Hour-s)),
 		},
 	}, {
+		Name:  "records/rules: items settle to the spend and to their own measures; one beyond the measures given keeps its charge",
+		Limit: fw10,
+		Steps: []Step{
+			{At: 0, Reserve: "r", Rules: []tokenlimit.SettleRule{tokenlimit.SettleSpend, tokenlimit.MeasureRule(0), tokenlimit.MeasureRule(1), tokenlimit.MeasureRule(2), tokenlimit.SettleActual},
+				Probes: []Probe{{Key: "usd", Cost: 4, Want: Ok(6, time.Hour)}, {Key: "in", Cost: 6, Want: Ok(4, time.Hour)}, {Key: "out", Cost: 3, Want: Ok(7, time.Hour)},
+					{Key: "past", Cost: 2, Want: Ok(8, time.Hour)}, {Key: "tok", Cost: 9, Want: Ok(1, time.Hour)}}},
+			{At: s, Settle: "r", Actual: 5, Spend: new(int64(1)), Measures: []int64{8, 0}, Other: true},
+			atKey(s, "usd", 0, Ok(9, time.Hour-s)),
+			atKey(s, "in", 0, Ok(2, time.Hour-s)),
+			atKey(s, "out", 0, Ok(10, 0)),
+			atKey(s, "past", 0, Ok(8, time.Hour-s)),
+			atKey(s, "tok", 0, Ok(5, time.Hour-s)),
+		},
+	}, {
 		Name:  "records/cancel refunds every item whatever its rule",
 		Limit: fw10,
 		Steps: []Step{

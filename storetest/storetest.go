@@ -74,7 +74,11 @@ type Step struct {
 	Rules   []tokenlimit.SettleRule // of a reservation; none means SettleActual
 	Settle  string
 	Actual  int64
-	Cancel  bool
+	// Spend and Measures are the settlement's other measures, for items
+	// under SettleSpend and MeasureRule(k).
+	Spend    *int64
+	Measures []int64
+	Cancel   bool
 	// Reset, if true, resets the case's limit's budget of key "k" (Store.Reset).
 	Reset bool
 	// Other runs the step on a second replica (another client of the same
@@ -215,7 +219,7 @@ func (r *runner) settle(where string, s Step) {
 	if s.Cancel {
 		st, err = lim.Cancel(context.Background(), s.Settle)
 	} else {
-		st, err = lim.Settle(context.Background(), s.Settle, s.Actual)
+		st, err = lim.SettleWith(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Actual: s.Actual, Spend: s.Spend, Measures: s.Measures})
 	}
 	if err != nil || st != want {
 		t.Fatalf("%s: settle %q at %d (cancel %v): %v, %v; want %v", where, s.Settle, s.Actual, s.Cancel, st, err, want)

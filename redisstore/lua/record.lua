@@ -12,7 +12,7 @@ local RECORD_RESERVED, RECORD_SETTLED, RECORD_TOMBSTONE = 1, 2, 3
 local RESERVED, DENIED, REPLAYED, CONFLICT, CLOSED = 1, 2, 3, 4, 5
 local SETTLED, ALREADY, UNKNOWN = 1, 2, 3
 -- Settle rules (tokenlimit.SettleRule).
-local SETTLE_KEEP, SETTLE_RELEASE, SETTLE_SPEND = 1, 2, 3
+local SETTLE_KEEP, SETTLE_RELEASE, SETTLE_SPEND, SETTLE_MEASURE = 1, 2, 3, 4
 local MAX_BUCKET_SPAN = 2251799813685248 -- 2^51, tokenlimit.MaxBucketSpan
 
 local function load_record(key, now)
@@ -60,11 +60,23 @@ local function settle_delta(alg, num, cost, settled)
   return delta
 end
 
+-- The measures of a settlement (tokenlimit.SettleRequest.Measures), sent
+-- as "m0,m1,..." ("" for none), as a list.
+local function parse_measures(s)
+  local out = {}
+  for v in string.gmatch(s or '', '[^,]+') do
+    out[#out + 1] = tonumber(v)
+  end
+  return out
+end
+
 -- settle_record applies a settlement (actual, or cancel) to the record at
 -- key, or writes a tombstone for ttl µs when there is none; forget deletes
 -- the record instead of keeping it settled; spend, if not nil, is what
--- items under SETTLE_SPEND are set to. Returns the status.
-local function settle_record(key, now, pad, actual, cancel, ttl, forget, spend)
+-- items under SETTLE_SPEND are set to, and measures[k + 1] what items
+-- under SETTLE_MEASURE + k are set to (those beyond measures keep their
+-- charge). Returns the status.
+local function settle_record(key, now, pad, actual, cancel, ttl, forget, spend, measures)
   local rec = load_record(key, now)
   if not rec then
     save_record(key, { RECORD_TOMBSTONE, '', now, now + ttl }, now, pad)
@@ -84,6 +96,8 @@ local function settle_record(key, now, pad, actual, cancel, ttl, forget, spend)
       settled = cost
     elseif rule == SETTLE_SPEND then
       settled = spend
+    elseif rule >= SETTLE_MEASURE then
+      settled = measures[rule - SETTLE_MEASURE + 1] or cost
     end
     local delta = settle_delta(alg, p2, cost, settled)
     if delta ~= 0 then
