@@ -23,6 +23,8 @@ type ruleset struct {
 	// matches holds each limit's Match (by index in cfg.Limits) as a
 	// slice, quicker to walk per request than the map.
 	matches [][]match
+	// keyDigests holds the SHA-256 of each key under api_keys (listsKey).
+	keyDigests map[[sha256.Size]byte]struct{}
 }
 
 // match is one descriptor a limit's Match requires, and its pattern.
@@ -38,7 +40,7 @@ func compile(cfg *config.Config, version int64, old *ruleset) *ruleset {
 	if old != nil {
 		bounds = old.bounds
 	}
-	return &ruleset{version: version, cfg: cfg, bounds: keyBounds(cfg, bounds), matches: matches(cfg)}
+	return &ruleset{version: version, cfg: cfg, bounds: keyBounds(cfg, bounds), matches: matches(cfg), keyDigests: keyDigests(cfg)}
 }
 
 // matches returns the Match of each of cfg's limits as a slice.
@@ -57,6 +59,9 @@ type check struct {
 	limit   *config.Limit
 	request int
 	item    tokenlimit.Item
+	// own marks a limit of the caller's (CheckLimit), which no
+	// reservation charges.
+	own bool
 }
 
 // plan holds the checks of one service call, split into enforced and shadow.
@@ -101,7 +106,7 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if r.key != nil {
 			lv = *r.key
 		} else if s.opts.Plane != nil {
-			if desc, lv, err = s.planeLevels(rules.cfg, desc); err != nil {
+			if desc, lv, err = s.planeLevels(rules, desc); err != nil {
 				return plan{}, err
 			}
 		}

@@ -16,9 +16,13 @@ import (
 // invalidate; this process's own settles and resets invalidate the entries
 // they touch. The bound: a request is denied at most R after the denial
 // that cached it, where R is what the store reported then.
+//
+// The denials of callers' own limits (CheckLimit) are kept apart: no
+// reservation charges those limits, so no refund reopens them.
 type overLimit struct {
 	mu      sync.Mutex
 	entries map[overKey]overEntry
+	own     map[overKey]overEntry
 	max     int
 }
 
@@ -37,14 +41,14 @@ type overEntry struct {
 const overLimitMax = 100_000
 
 func newOverLimit() *overLimit {
-	return &overLimit{entries: map[overKey]overEntry{}, max: overLimitMax}
+	return &overLimit{entries: map[overKey]overEntry{}, own: map[overKey]overEntry{}, max: overLimitMax}
 }
 
 // lookup returns c's cached denial at now, if it has one that covers c's
 // cost, with RetryAfter and ResetAfter counted down to now.
 func (o *overLimit) lookup(c check, now time.Time) (tokenlimit.Result, bool) {
 	o.mu.Lock()
-	e, ok := o.entries[overKey{c.limit.Name, c.item.Key}]
+	e, ok := o.of(c)[overKey{c.limit.Name, c.item.Key}]
 	o.mu.Unlock()
 	if !ok || !now.Before(e.until) || c.item.Cost < e.cost {
 		return tokenlimit.Result{}, false
@@ -63,11 +67,11 @@ func (o *overLimit) record(checks []check, results []tokenlimit.Result, now time
 			continue
 		}
 		o.mu.Lock()
-		if len(o.entries) >= o.max {
+		if len(o.entries)+len(o.own) >= o.max {
 			o.sweep(now)
 		}
-		if len(o.entries) < o.max {
-			o.entries[overKey{c.limit.Name, c.item.Key}] = overEntry{at: now, until: now.Add(r.RetryAfter), cost: c.item.Cost, result: r}
+		if len(o.entries)+len(o.own) < o.max {
+			o.of(c)[overKey{c.limit.Name, c.item.Key}] = overEntry{at: now, until: now.Add(r.RetryAfter), cost: c.item.Cost, result: r}
 		}
 		o.mu.Unlock()
 	}
@@ -80,13 +84,22 @@ func (o *overLimit) forget(checks []check) {
 	defer o.mu.Unlock()
 	for _, c := range checks {
 		if c.limit.LocalCache {
-			delete(o.entries, overKey{c.limit.Name, c.item.Key})
+			delete(o.of(c), overKey{c.limit.Name, c.item.Key})
 		}
 	}
 }
 
-// forgetAll drops every cached denial.
-func (o *overLimit) forgetAll() {
+// of returns the map of c's denials. The caller holds mu.
+func (o *overLimit) of(c check) map[overKey]overEntry {
+	if c.own {
+		return o.own
+	}
+	return o.entries
+}
+
+// forgetRefundable drops every cached denial of a limit that reservations
+// charge, which a refund may have reopened.
+func (o *overLimit) forgetRefundable() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	clear(o.entries)
@@ -94,9 +107,11 @@ func (o *overLimit) forgetAll() {
 
 // sweep drops expired entries. The caller holds mu.
 func (o *overLimit) sweep(now time.Time) {
-	for k, e := range o.entries {
-		if !now.Before(e.until) {
-			delete(o.entries, k)
+	for _, m := range [...]map[overKey]overEntry{o.entries, o.own} {
+		for k, e := range m {
+			if !now.Before(e.until) {
+				delete(m, k)
+			}
 		}
 	}
 }

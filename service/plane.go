@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -50,19 +49,12 @@ func (lv levels) replace(name string, at level) bool {
 // returns the descriptors the key stands for (api_key becomes the key's id,
 // team its team, plan its plan, else its team's) and its levels' limits, or
 // ErrUnauthorized. Other requests pass unchanged.
-func (s *Service) planeLevels(cfg *config.Config, desc map[string]string) (map[string]string, levels, error) {
-	secret := desc[plane.KeyDescriptor]
-	if !plane.IsSecret(secret) {
+func (s *Service) planeLevels(rules *ruleset, desc map[string]string) (map[string]string, levels, error) {
+	if !s.isPlaneSecret(rules, desc[plane.KeyDescriptor]) {
 		return desc, levels{}, nil
 	}
-	if _, yaml := cfg.APIKeys[secret]; yaml {
-		return desc, levels{}, nil
-	}
-	key, team, err := s.opts.Plane.Authenticate(secret, s.opts.Clock())
-	if err != nil {
-		return nil, levels{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
-	}
-	return keyDescriptors(cfg, desc, key, team), levelsOf(key, team), nil
+	desc, lv, _, err := s.resolvePlaneKey(rules.cfg, desc)
+	return desc, lv, err
 }
 
 func levelsOf(key *plane.Key, team *plane.Team) levels {

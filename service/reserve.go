@@ -202,7 +202,7 @@ func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, s
 	if st == tokenlimit.Settled {
 		// A refund may have reopened budgets whose denials this process
 		// caches; which ones the record knows, not this process.
-		s.overLimit.forgetAll()
+		s.overLimit.forgetRefundable()
 	}
 	if !s.localStore.Holds(id, s.opts.Clock()) {
 		return st, nil

@@ -85,10 +85,9 @@ func (s *Service) UnitOf(name string) (u Unit, ok bool) {
 }
 
 // KnownAPIKey reports whether key is listed under api_keys in the
-// configuration in force.
+// configuration in force, comparing digests (see Authenticate).
 func (s *Service) KnownAPIKey(key string) bool {
-	_, ok := s.rules.Load().cfg.APIKeys[key]
-	return ok
+	return s.rules.Load().listsKey(key)
 }
 
 // Selection is one limit a request selects, as it would be decided.
