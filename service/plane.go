@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -133,8 +134,32 @@ func (s *Service) KeyUsage(ctx context.Context, id string) ([]Usage, error) {
 	}
 	team, _ := s.opts.Plane.Team(key.Team)
 	cfg := s.rules.Load().cfg
-	lv := levelsOf(key, team)
-	desc := keyDescriptors(cfg, map[string]string{}, key, team)
+	return s.usage(ctx, keyDescriptors(cfg, map[string]string{}, key, team), levelsOf(key, team), key, team)
+}
+
+// TeamUsage reports the limits the keys of the plane team id share: the
+// team's own, and the configuration's keyed by the team alone (a limit
+// keyed by api_key is each key's: KeyUsage). Charging nothing.
+// plane.ErrNotFound when there is no such team.
+func (s *Service) TeamUsage(ctx context.Context, id string) ([]Usage, error) {
+	if s.opts.Plane == nil {
+		return nil, plane.ErrNotFound
+	}
+	team, ok := s.opts.Plane.Team(id)
+	if !ok {
+		return nil, plane.ErrNotFound
+	}
+	desc := map[string]string{plane.TeamDescriptor: team.ID}
+	if plan := cmp.Or(team.Plan, s.rules.Load().cfg.DefaultPlan); plan != "" {
+		desc["plan"] = plan
+	}
+	return s.usage(ctx, desc, levels{team: team.Limits}, nil, team)
+}
+
+// usage inspects the budgets a call with descriptors desc and plane levels
+// lv draws from, naming each one's level: key (a nil key has none), team
+// or plan.
+func (s *Service) usage(ctx context.Context, desc map[string]string, lv levels, key *plane.Key, team *plane.Team) ([]Usage, error) {
 	d, err := s.Inspect(ctx, Request{Descriptors: desc, key: &lv})
 	if err != nil {
 		return nil, err
@@ -144,7 +169,7 @@ func (s *Service) KeyUsage(ctx context.Context, id string) ([]Usage, error) {
 		u := Usage{Level: "plan", LevelName: desc["plan"], Name: o.Name, Limit: o.Limit, Remaining: o.Remaining,
 			Used: max(o.Limit-o.Remaining, 0), Reset: d.At.Add(o.ResetAfter)}
 		switch {
-		case lv.replace(o.Name, levelTeam):
+		case key != nil && lv.replace(o.Name, levelTeam):
 			u.Level, u.LevelName = "key", key.ID
 		case team != nil && lv.replace(o.Name, levelPlan):
 			u.Level, u.LevelName = "team", team.ID

@@ -43,10 +43,11 @@ func (a PlaneAdmin) Routes() []Route {
 	return []Route{
 		{"/v1/admin/teams", []string{get, post}, g(a.teams)},
 		{"/v1/admin/teams/{id}", []string{get, put, del}, g(a.team)},
+		{"/v1/admin/teams/{id}/usage", []string{get}, g(a.usage(a.Service.TeamUsage))},
 		{"/v1/admin/keys", []string{get, post}, g(a.keys)},
 		{"/v1/admin/keys/{id}", []string{get, put, del}, g(a.key)},
 		{"/v1/admin/keys/{id}/rotate", []string{post}, g(a.rotate)},
-		{"/v1/admin/keys/{id}/usage", []string{get}, g(a.usage)},
+		{"/v1/admin/keys/{id}/usage", []string{get}, g(a.usage(a.Service.KeyUsage))},
 	}
 }
 
@@ -364,7 +365,8 @@ func (a PlaneAdmin) rotate(w http.ResponseWriter, r *http.Request) {
 	a.written(w, r, http.StatusOK, "rotate", "key", k.ID, k.Version, out)
 }
 
-// usageBody is one limit of GET /v1/admin/keys/{id}/usage.
+// usageBody is one limit of GET /v1/admin/keys/{id}/usage and
+// /v1/admin/teams/{id}/usage.
 type usageBody struct {
 	Level     string    `json:"level"`
 	LevelName string    `json:"level_name,omitempty"`
@@ -376,26 +378,30 @@ type usageBody struct {
 	Reset     time.Time `json:"reset"`
 }
 
-func (a PlaneAdmin) usage(w http.ResponseWriter, r *http.Request) {
-	us, err := a.Service.KeyUsage(r.Context(), r.PathValue("id"))
-	if errors.Is(err, plane.ErrNotFound) {
-		a.planeError(w, r, err, false)
-		return
-	}
-	if err != nil {
-		e, _ := ServiceError(err, true)
-		WriteError(w, e)
-		return
-	}
-	out := make([]usageBody, len(us))
-	for i, u := range us {
-		out[i] = usageBody{Level: u.Level, LevelName: u.LevelName, Name: u.Name, Limit: u.Limit, Used: u.Used, Remaining: u.Remaining, Reset: u.Reset.UTC()}
-		if u.Unit != 0 {
-			out[i].Unit = u.Unit.String()
+// usage answers the usage of the key or team the path names, as of
+// (service.Service.KeyUsage or TeamUsage).
+func (a PlaneAdmin) usage(of func(ctx context.Context, id string) ([]service.Usage, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		us, err := of(r.Context(), r.PathValue("id"))
+		if errors.Is(err, plane.ErrNotFound) {
+			a.planeError(w, r, err, false)
+			return
 		}
+		if err != nil {
+			e, _ := ServiceError(err, true)
+			WriteError(w, e)
+			return
+		}
+		out := make([]usageBody, len(us))
+		for i, u := range us {
+			out[i] = usageBody{Level: u.Level, LevelName: u.LevelName, Name: u.Name, Limit: u.Limit, Used: u.Used, Remaining: u.Remaining, Reset: u.Reset.UTC()}
+			if u.Unit != 0 {
+				out[i].Unit = u.Unit.String()
+			}
+		}
+		WriteJSON(w, http.StatusOK, struct {
+			ID     string      `json:"id"`
+			Limits []usageBody `json:"limits"`
+		}{r.PathValue("id"), out})
 	}
-	WriteJSON(w, http.StatusOK, struct {
-		ID     string      `json:"id"`
-		Limits []usageBody `json:"limits"`
-	}{r.PathValue("id"), out})
 }

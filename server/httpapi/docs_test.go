@@ -12,7 +12,7 @@ import (
 // apiPaths are the endpoints the handler serves; the docs must describe
 // each.
 var apiPaths = []string{"/v1/check", "/v1/forward-auth", "/v1/reserve", "/v1/settle", "/v1/limits",
-	"/v1/admin/inspect", "/v1/admin/reset", "/v1/admin/teams", "/v1/admin/teams/{id}", "/v1/admin/keys",
+	"/v1/admin/inspect", "/v1/admin/reset", "/v1/admin/teams", "/v1/admin/teams/{id}", "/v1/admin/teams/{id}/usage", "/v1/admin/keys",
 	"/v1/admin/keys/{id}", "/v1/admin/keys/{id}/rotate", "/v1/admin/keys/{id}/usage", "/healthz", "/readyz"}
 
 func TestDocsDescribeEveryEndpoint(t *testing.T) {

@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,5 +141,45 @@ func TestPlaneAdminBadInput(t *testing.T) {
 	}
 	if r := e.post("/v1/admin/teams", `{"name": "acme"}`, admin); r.status != http.StatusConflict {
 		t.Fatalf("a second team acme: %d %s, want 409", r.status, r.body)
+	}
+}
+
+// TestPlaneTeamUsage: a team's usage holds the budgets its keys share (the
+// team's own limits), each charged by the calls of every key of the team,
+// and not a limit keyed by api_key (each key's own).
+func TestPlaneTeamUsage(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := newPlaneEnv(t, memBackend(), &logs)
+	if r := e.post("/v1/admin/teams", `{"name": "acme", "limits": [{"name": "team-calls", "algorithm": "fixed_window", "limit": "10/min"}]}`, admin); r.status != http.StatusCreated {
+		t.Fatalf("POST teams: %d %s", r.status, r.body)
+	}
+	for _, name := range []string{"one", "two"} {
+		r := e.post("/v1/admin/keys", `{"name": "`+name+`", "team": "acme"}`, admin)
+		secret, _ := r.json(t)["secret"].(string)
+		if r.status != http.StatusCreated || secret == "" {
+			t.Fatalf("POST keys: %d %s", r.status, r.body)
+		}
+		if r := e.post("/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`); r.status != http.StatusOK {
+			t.Fatalf("check with key %s: %d %s", name, r.status, r.body)
+		}
+	}
+	r := e.do(http.MethodGet, "/v1/admin/teams/acme/usage", "", admin)
+	if r.status != http.StatusOK {
+		t.Fatalf("team usage: %d %s", r.status, r.body)
+	}
+	var got []string
+	for _, l := range r.json(t)["limits"].([]any) {
+		m := l.(map[string]any)
+		got = append(got, fmt.Sprintf("%s %s/%s used %v of %v", m["name"], m["level"], m["level_name"], m["used"], m["limit"]))
+	}
+	if want := []string{"team-calls team/acme used 2 of 10"}; !slices.Equal(got, want) {
+		t.Errorf("team usage %q, want %q", got, want)
+	}
+	if r := e.do(http.MethodGet, "/v1/admin/teams/nope/usage", "", admin); r.status != http.StatusNotFound {
+		t.Errorf("usage of no team: %d %s, want 404", r.status, r.body)
+	}
+	if r := e.do(http.MethodGet, "/v1/admin/teams/acme/usage", ""); r.status != http.StatusUnauthorized {
+		t.Errorf("usage without the admin token: %d, want 401", r.status)
 	}
 }
