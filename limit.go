@@ -136,14 +136,6 @@ const (
 	// MaxSlidingCounterQuota is the largest Quota of a SlidingCounter:
 	// 2^33, about 8.6e9; its weighted estimate multiplies counts by 10^6.
 	MaxSlidingCounterQuota = 1 << 33
-	// MaxExact is the largest integer every computation may reach: 2^53.
-	MaxExact = 1 << 53
-	// MaxBucketSpan bounds a TokenBucket or GCRA: capacity × num (see
-	// Interval), the time a bucket takes to fill in 1/den µs, must be at most
-	// 2^51, and so must |delta| × num of an adjustment. With the current time
-	// (about 2^51 µs since 1970) every intermediate value then stays below
-	// 2^53 in Lua.
-	MaxBucketSpan = 1 << 51
 	// MaxLogEntries caps the entries of one SlidingLog key, so a script
 	// never walks an unbounded list: a sliding log admits at most this many
 	// requests per window whatever their cost.
@@ -151,6 +143,11 @@ const (
 	// MaxKeyLength is the longest key a store accepts, in bytes.
 	MaxKeyLength = 1024
 )
+
+// maxBucketSpan is storekit.MaxBucketSpan, the bound on a bucket's capacity
+// × num (see Interval) that keeps a store's arithmetic exact; storekit's
+// tests hold Validate to it.
+const maxBucketSpan = 1 << 51
 
 // FixedWindowLimit admits limit cost per window, counted in windows aligned
 // to the Unix epoch.
@@ -262,11 +259,11 @@ func (l Limit) validateBucket() error {
 	if l.Burst < 0 || l.Burst > MaxQuota {
 		return fieldErr("burst", "must be between 0 (meaning quota) and %d, got %d", int64(MaxQuota), l.Burst)
 	}
-	if l.Capacity() <= MaxBucketSpan/l.Period.Microseconds() {
+	if l.Capacity() <= maxBucketSpan/l.Period.Microseconds() {
 		return nil // num <= the period in µs: no need for the exact fraction
 	}
 	num, _ := l.Interval()
-	if l.Capacity() > MaxBucketSpan/num {
+	if l.Capacity() > maxBucketSpan/num {
 		return fieldErr("burst", "burst %d with %d per %s needs more than 53 bits of precision; lower the burst or use a rate that divides the period evenly", l.Capacity(), l.Quota, l.Period)
 	}
 	return nil

@@ -2,9 +2,6 @@ package tokenlimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"strconv"
 	"time"
 )
@@ -63,34 +60,6 @@ type ReserveRequest struct {
 	TTL time.Duration
 }
 
-// Rule returns item i's settle rule.
-func (r ReserveRequest) Rule(i int) SettleRule {
-	if len(r.Rules) == 0 {
-		return SettleActual
-	}
-	return r.Rules[i]
-}
-
-// Validate reports whether the request can be reserved with results (one
-// per item); its error is a *FieldError naming the field.
-func (r ReserveRequest) Validate(results []Result) error {
-	if err := validateID(r.ID); err != nil {
-		return err
-	}
-	if err := validateTTL(r.TTL); err != nil {
-		return err
-	}
-	if len(r.Rules) != 0 && len(r.Rules) != len(r.Items) {
-		return fieldErr("rules", "need one rule per item or none: %d items, %d rules", len(r.Items), len(r.Rules))
-	}
-	for i, rule := range r.Rules {
-		if rule >= SettleMeasure+MaxMeasures {
-			return fieldErr("rules["+strconv.Itoa(i)+"]", "unknown settle rule %d", rule)
-		}
-	}
-	return ValidateItems(r.Items, results)
-}
-
 func validateID(id string) error {
 	switch {
 	case id == "":
@@ -106,34 +75,6 @@ func validateTTL(ttl time.Duration) error {
 		return fieldErr("ttl", "must be between 1ms and %s, got %s", MaxPeriod, ttl)
 	}
 	return nil
-}
-
-// Digest identifies the request a reservation was made for: a SHA-256 over
-// a length-prefixed encoding of every item's key, algorithm, parameters and
-// cost and every rule, in order, as 32 hex digits (its first 128 bits). Two
-// requests have the same digest only if they reserve the same thing.
-func (r ReserveRequest) Digest() string {
-	h := sha256.New()
-	var buf [8]byte
-	num := func(v int64) {
-		binary.BigEndian.PutUint64(buf[:], uint64(v))
-		h.Write(buf[:])
-	}
-	num(int64(len(r.Items)))
-	for i, it := range r.Items {
-		num(int64(len(it.Key)))
-		h.Write([]byte(it.Key))
-		l := it.Limit
-		num(int64(l.Algorithm))
-		num(l.Quota)
-		num(int64(l.Period))
-		num(int64(l.Offset))
-		num(l.Burst)
-		num(it.Cost)
-		num(int64(r.Rule(i)))
-	}
-	sum := h.Sum(nil)
-	return hex.EncodeToString(sum[:16])
 }
 
 // ReserveStatus is what a store did with a ReserveRequest.
@@ -239,38 +180,6 @@ func (r SettleRequest) Validate() error {
 	return nil
 }
 
-// Settled returns what item, charged cost under rule, costs once settled.
-func (r SettleRequest) Settled(rule SettleRule, cost int64) int64 {
-	switch {
-	case r.Cancel || rule == SettleRelease:
-		return 0
-	case rule == SettleKeep, rule == SettleSpend && r.Spend == nil:
-		return cost
-	case rule == SettleSpend:
-		return *r.Spend
-	case rule >= SettleMeasure:
-		if k := int(rule - SettleMeasure); k < len(r.Measures) {
-			return r.Measures[k]
-		}
-		return cost
-	}
-	return r.Actual
-}
-
-// SettleDelta is the adjustment that settling a charge of cost under limit
-// applies: settled - cost, within what one adjustment of that limit may
-// carry (a bucket's ±MaxBucketSpan/num, see Adjustment.Validate), so that
-// a settlement is never refused for its size.
-func SettleDelta(limit Limit, cost, settled int64) int64 {
-	delta := settled - cost
-	if limit.bucketed() {
-		num, _ := limit.Interval()
-		bound := MaxBucketSpan / num
-		delta = max(-bound, min(bound, delta))
-	}
-	return delta
-}
-
 // SettleStatus is what a store did with a SettleRequest.
 type SettleStatus uint8
 
@@ -316,12 +225,4 @@ type Reserver interface {
 	// each item's settled cost minus its charge, as an Adjustment at the
 	// recorded charge time, and marks it settled, atomically.
 	Settle(ctx context.Context, now time.Time, req SettleRequest) (SettleStatus, error)
-}
-
-// NoCharge fills results, for a reservation that charged nothing without
-// deciding (Conflict, Closed), with each item's limit and nothing else.
-func NoCharge(items []Item, results []Result) {
-	for i := range items {
-		results[i] = Result{Limit: items[i].Limit.Capacity()}
-	}
 }

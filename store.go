@@ -3,7 +3,6 @@ package tokenlimit
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 )
 
@@ -44,29 +43,6 @@ type Item struct {
 	Cost int64
 }
 
-// Validate reports whether the item can be checked; its error is a
-// *FieldError naming the field.
-func (it Item) Validate() error {
-	if err := it.Limit.Validate(); err != nil {
-		return err
-	}
-	return validateKeyCost(it.Key, "cost", it.Cost, 0)
-}
-
-func validateKeyCost(key, costField string, cost, minCost int64) error {
-	switch {
-	case key == "":
-		return fieldErr("key", "must not be empty")
-	case len(key) > MaxKeyLength:
-		return fieldErr("key", "must be at most %d bytes, got %d", MaxKeyLength, len(key))
-	case cost < minCost:
-		return fieldErr(costField, "must be at least %d, got %d", minCost, cost)
-	case cost > MaxCost:
-		return fieldErr(costField, "must be at most %d, got %d", int64(MaxCost), cost)
-	}
-	return nil
-}
-
 // Adjustment changes what an earlier, admitted charge took from a budget:
 // it is how reservations are settled.
 type Adjustment struct {
@@ -82,27 +58,6 @@ type Adjustment struct {
 	// ChargedAt is the time the original charge was decided at, as reported
 	// by Decision.At.
 	ChargedAt time.Time
-}
-
-// Validate reports whether the adjustment can be applied; its error is a
-// *FieldError naming the field.
-func (a Adjustment) Validate() error {
-	if err := a.Limit.Validate(); err != nil {
-		return err
-	}
-	if err := validateKeyCost(a.Key, "delta", a.Delta, -MaxCost); err != nil {
-		return err
-	}
-	if err := ValidateTime("charged_at", a.ChargedAt); err != nil {
-		return err
-	}
-	if a.Limit.bucketed() {
-		num, _ := a.Limit.Interval()
-		if limit := MaxBucketSpan / num; a.Delta > limit || -a.Delta > limit {
-			return fieldErr("delta", "must be within ±%d for %s, got %d", limit, a.Limit, a.Delta)
-		}
-	}
-	return nil
 }
 
 // Result is one limit's answer for one item.
@@ -144,7 +99,7 @@ type Store interface {
 	// It writes one Result per item into results, which must have the same
 	// length as items, and returns the time it decided at: now, or the Redis
 	// server's clock for a Redis store in server-time mode.
-	// Invalid items, or a now outside ValidateTime's range (field "now",
+	// Invalid items, or a now outside storekit.ValidateTime's range (field "now",
 	// whatever the time mode), return an error matching ErrInvalid and
 	// change nothing.
 	Check(ctx context.Context, now time.Time, items []Item, results []Result) (time.Time, error)
@@ -201,85 +156,4 @@ type LogReader interface {
 	// server-time mode), oldest first (entries of the same time in no
 	// particular order). It changes nothing. A key with no log has none.
 	LogEntries(ctx context.Context, key string, limit Limit, now time.Time) ([]LogEntry, error)
-}
-
-// ValidateItems checks items and results for a Store.Check call; stores call
-// it before touching any state. Its error matches ErrInvalid and names the
-// index of the offending item.
-func ValidateItems(items []Item, results []Result) error {
-	if len(items) == 0 {
-		return fieldErr("items", "at least one item is required")
-	}
-	if len(items) > MaxItems {
-		return fieldErr("items", "at most %d items per check, got %d", MaxItems, len(items))
-	}
-	if len(results) != len(items) {
-		return fieldErr("results", "need one result per item: %d items, %d results", len(items), len(results))
-	}
-	for i := range items {
-		if err := items[i].Validate(); err != nil {
-			return indexed("items", i, err)
-		}
-		for j := range i {
-			if items[j].Key == items[i].Key && items[j].Limit.Algorithm == items[i].Limit.Algorithm {
-				return fieldErr("items["+strconv.Itoa(i)+"].key", "%q under %s repeats items[%d]: one budget per key and algorithm", items[i].Key, items[i].Limit.Algorithm, j)
-			}
-		}
-	}
-	return nil
-}
-
-// ValidateTime checks a time a store computes with, such as the now of a
-// Check in caller-time mode or an adjustment's ChargedAt: it must lie in
-// [the Unix epoch, 2^53 µs after it), the range in which both stores count
-// microseconds exactly (about the year 2255). Its error is a *FieldError
-// naming field.
-func ValidateTime(field string, t time.Time) error {
-	switch {
-	case t.Before(epoch):
-		return fieldErr(field, "%s is before the Unix epoch", t.UTC().Format(time.RFC3339Nano))
-	case !t.Before(maxTime):
-		return fieldErr(field, "%s is at or after 2^53 µs since the Unix epoch", t.UTC().Format(time.RFC3339Nano))
-	}
-	return nil
-}
-
-var (
-	epoch   = time.Unix(0, 0)
-	maxTime = time.UnixMicro(MaxExact)
-)
-
-// ValidateKey checks a key and algorithm for Store.Reset.
-func ValidateKey(key string, alg Algorithm) error {
-	if !alg.Valid() {
-		return fieldErr("algorithm", "unknown algorithm %d", alg)
-	}
-	return validateKeyCost(key, "cost", 0, 0)
-}
-
-// ValidateAdjustments checks adjustments for a Store.Adjust call, like
-// ValidateItems.
-func ValidateAdjustments(adjustments []Adjustment) error {
-	if len(adjustments) > MaxItems {
-		return fieldErr("adjustments", "at most %d per call, got %d", MaxItems, len(adjustments))
-	}
-	for i, a := range adjustments {
-		if err := a.Validate(); err != nil {
-			return indexed("adjustments", i, err)
-		}
-		for j := range i {
-			if adjustments[j].Key == a.Key && adjustments[j].Limit.Algorithm == a.Limit.Algorithm {
-				return fieldErr("adjustments["+strconv.Itoa(i)+"].key", "%q under %s repeats adjustments[%d]", a.Key, a.Limit.Algorithm, j)
-			}
-		}
-	}
-	return nil
-}
-
-func indexed(list string, i int, err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return &FieldError{Field: list + "[" + strconv.Itoa(i) + "]." + fe.Field, Reason: fe.Reason}
-	}
-	return err
 }

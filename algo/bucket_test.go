@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // ratCeil returns ceil(x) for a rational x.
@@ -111,7 +112,7 @@ func randomBucketLimit(rng *rand.Rand) tokenlimit.Limit {
 		l = tokenlimit.TokenBucketLimit(0, 1+rng.Int64N(1_000_000), time.Duration(1+rng.Int64N(86_400_000))*time.Millisecond)
 	}
 	num, _ := l.Interval()
-	maxCap := min(int64(tokenlimit.MaxQuota), tokenlimit.MaxBucketSpan/num)
+	maxCap := min(int64(tokenlimit.MaxQuota), storekit.MaxBucketSpan/num)
 	switch rng.IntN(5) {
 	case 0:
 		l.Burst = 1 + rng.Int64N(min(maxCap, 3))
@@ -187,7 +188,7 @@ func TestBucketMatchesRationalModel(t *testing.T) {
 		m := &bucketModel{capacity: b.Capacity, t: big.NewRat(l.Period.Microseconds(), l.Quota), tat: rat(0)}
 		ivl := max(1, num/den)
 		span := min(b.Capacity*num/den, 1<<50)
-		maxDelta := min(3*b.Capacity, tokenlimit.MaxBucketSpan/num)
+		maxDelta := min(3*b.Capacity, storekit.MaxBucketSpan/num)
 
 		var s TAT
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + rng.Int64N(1e12)
@@ -394,7 +395,7 @@ func TestBoundsMatchTokenlimit(t *testing.T) {
 	if maxSlidingCount != tokenlimit.MaxSlidingCounterQuota {
 		t.Errorf("maxSlidingCount %d, want MaxSlidingCounterQuota %d", int64(maxSlidingCount), int64(tokenlimit.MaxSlidingCounterQuota))
 	}
-	if maxSlidingCount*ppm >= tokenlimit.MaxExact {
+	if maxSlidingCount*ppm >= storekit.MaxExact {
 		t.Errorf("maxSlidingCount × ppm = %d, not below 2^53", int64(maxSlidingCount*ppm))
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // How redisConn dials: the first attempt is waited for at most firstDialWait
@@ -182,7 +183,7 @@ func (c *redisConn) close() {
 func (c *redisConn) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
 	st, err := c.current()
 	if err != nil {
-		if verr := tokenlimit.ValidateItems(items, results); verr != nil {
+		if verr := storekit.ValidateItems(items, results); verr != nil {
 			return time.Time{}, fmt.Errorf("redisstore: %w", verr) // bad input is bad input, connected or not
 		}
 		return time.Time{}, err
@@ -194,7 +195,7 @@ func (c *redisConn) Check(ctx context.Context, now time.Time, items []tokenlimit
 func (c *redisConn) Adjust(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
 	st, err := c.current()
 	if err != nil {
-		if verr := tokenlimit.ValidateAdjustments(adjustments); verr != nil {
+		if verr := storekit.ValidateAdjustments(adjustments); verr != nil {
 			return fmt.Errorf("redisstore: %w", verr)
 		}
 		return err
@@ -224,7 +225,7 @@ func (c *redisConn) LogEntries(ctx context.Context, key string, limit tokenlimit
 func (c *redisConn) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
 	st, err := c.current()
 	if err != nil {
-		if verr := req.Validate(results); verr != nil {
+		if verr := storekit.ValidateReserve(req, results); verr != nil {
 			return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: %w", verr)
 		}
 		return tokenlimit.ReserveOutcome{}, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // sameLimit compares tokenlimit.Limit field by field, so a field added to
@@ -44,7 +45,7 @@ func TestQuickValidAgreesWithValidate(t *testing.T) {
 	for _, key := range keys {
 		for _, cost := range costs {
 			it := tokenlimit.Item{Key: key, Limit: limit, Cost: cost}
-			if got, want := quickValid(&it), it.Validate() == nil; got != want {
+			if got, want := quickValid(&it), storekit.ValidateItem(it) == nil; got != want {
 				t.Errorf("key of %d bytes, cost %d: quickValid %v, Validate accepts %v", len(key), cost, got, want)
 			}
 		}

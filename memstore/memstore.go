@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/algo"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // Defaults for Options' zero values.
@@ -276,7 +277,7 @@ func (s *Store) checkOneUnlock(sh *shard, items []tokenlimit.Item, results []tok
 	return nil
 }
 
-// prepare validates items and results, as tokenlimit.ValidateItems does and
+// prepare validates items and results, as storekit.ValidateItems does and
 // with its errors, and fills one pending decision per item into decided
 // (which has room for them) with the key's hash and the limit's parameters:
 // each key is hashed once and each known limit is not validated again.
@@ -295,7 +296,7 @@ func (s *Store) prepare(items []tokenlimit.Item, results []tokenlimit.Result, de
 		return nil
 	}
 	// The slow path: an unknown limit or an invalid input.
-	if err := tokenlimit.ValidateItems(items, results); err != nil {
+	if err := storekit.ValidateItems(items, results); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	for i := range items {
@@ -336,17 +337,17 @@ func (s *Store) learn(l tokenlimit.Limit) *limitInfo {
 	return li
 }
 
-// micros is now in µs, checked as tokenlimit.ValidateTime does (with its
+// micros is now in µs, checked as storekit.ValidateTime does (with its
 // error) from the seconds and µs since the epoch, which are cheaper to
 // compare than times.
 func micros(now time.Time) (int64, error) {
-	if s := now.Unix(); s >= 0 && s <= tokenlimit.MaxExact/1_000_000 {
+	if s := now.Unix(); s >= 0 && s <= storekit.MaxExact/1_000_000 {
 		// now.UnixMicro(), without decoding the seconds again.
-		if t := s*1_000_000 + int64(now.Nanosecond()/1000); t < tokenlimit.MaxExact {
+		if t := s*1_000_000 + int64(now.Nanosecond()/1000); t < storekit.MaxExact {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("memstore: %w", tokenlimit.ValidateTime("now", now))
+	return 0, fmt.Errorf("memstore: %w", storekit.ValidateTime("now", now))
 }
 
 // decide runs the item's algorithm for cost on p's entry, without storing,
@@ -452,7 +453,7 @@ func (s *Store) Adjust(_ context.Context, now time.Time, adjustments []tokenlimi
 }
 
 func (s *Store) adjustAll(now time.Time, adjustments []tokenlimit.Adjustment) error {
-	if err := tokenlimit.ValidateAdjustments(adjustments); err != nil {
+	if err := storekit.ValidateAdjustments(adjustments); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	t, err := micros(now)
@@ -526,7 +527,7 @@ func (s *Store) adjust(h uint64, a tokenlimit.Adjustment, now int64) {
 
 // Reset implements tokenlimit.Store.
 func (s *Store) Reset(_ context.Context, key string, alg tokenlimit.Algorithm) error {
-	if err := tokenlimit.ValidateKey(key, alg); err != nil {
+	if err := storekit.ValidateKey(key, alg); err != nil {
 		return fmt.Errorf("memstore: %w", err)
 	}
 	h := s.keyHash(key)
@@ -541,7 +542,7 @@ var _ tokenlimit.LogReader = (*Store)(nil)
 
 // LogEntries implements tokenlimit.LogReader.
 func (s *Store) LogEntries(_ context.Context, key string, limit tokenlimit.Limit, now time.Time) ([]tokenlimit.LogEntry, error) {
-	if err := (tokenlimit.Item{Key: key, Limit: limit}).Validate(); err != nil {
+	if err := storekit.ValidateItem(tokenlimit.Item{Key: key, Limit: limit}); err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
 	if limit.Algorithm != tokenlimit.SlidingLog {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // recordState is where a reservation record stands.
@@ -45,14 +46,14 @@ func (s *Store) Reserve(_ context.Context, now time.Time, req tokenlimit.Reserve
 }
 
 func (s *Store) reserve(now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	if err := req.Validate(results); err != nil {
+	if err := storekit.ValidateReserve(req, results); err != nil {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("memstore: %w", err)
 	}
 	t, err := micros(now)
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, err
 	}
-	digest := req.Digest()
+	digest := storekit.Digest(req)
 	decided := make([]pending, len(req.Items))
 	if err := s.prepare(req.Items, results, decided); err != nil {
 		return tokenlimit.ReserveOutcome{}, err
@@ -84,10 +85,10 @@ func (s *Store) reserve(now time.Time, req tokenlimit.ReserveRequest, results []
 func replay(rec *record, digest string, items []tokenlimit.Item, results []tokenlimit.Result) tokenlimit.ReserveOutcome {
 	switch {
 	case rec.state == recordTombstone:
-		tokenlimit.NoCharge(items, results)
+		storekit.NoCharge(items, results)
 		return tokenlimit.ReserveOutcome{Status: tokenlimit.Closed, At: time.UnixMicro(rec.at)}
 	case rec.digest != digest:
-		tokenlimit.NoCharge(items, results)
+		storekit.NoCharge(items, results)
 		return tokenlimit.ReserveOutcome{Status: tokenlimit.Conflict, At: time.UnixMicro(rec.at)}
 	}
 	copy(results, rec.results)
@@ -182,7 +183,7 @@ func settlement(rec *record, req tokenlimit.SettleRequest) []tokenlimit.Adjustme
 		if len(rec.rules) > 0 {
 			rule = rec.rules[i]
 		}
-		delta := tokenlimit.SettleDelta(it.Limit, it.Cost, req.Settled(rule, it.Cost))
+		delta := storekit.SettleDelta(it.Limit, it.Cost, storekit.Settled(req, rule, it.Cost))
 		if delta != 0 {
 			adj = append(adj, tokenlimit.Adjustment{Key: it.Key, Limit: it.Limit, Delta: delta, ChargedAt: time.UnixMicro(rec.at)})
 		}

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // Scripter runs Lua scripts on Redis. Implementations return the script's
@@ -182,10 +183,10 @@ func New(client Scripter, opts Options) (*Store, error) {
 // with other checks (see Options.Unbatched), or, on Redis Cluster with items
 // in several slots, in one call per slot (see Options.Cluster).
 func (s *Store) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	if err := tokenlimit.ValidateItems(items, results); err != nil {
+	if err := storekit.ValidateItems(items, results); err != nil {
 		return now, fmt.Errorf("redisstore: %w", err)
 	}
-	if err := tokenlimit.ValidateTime("now", now); err != nil {
+	if err := storekit.ValidateTime("now", now); err != nil {
 		return now, fmt.Errorf("redisstore: %w", err)
 	}
 	if s.cluster {
@@ -235,10 +236,10 @@ type loneCall struct {
 
 // Adjust implements tokenlimit.Store in one script call.
 func (s *Store) Adjust(ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
-	if err := tokenlimit.ValidateAdjustments(adjustments); err != nil {
+	if err := storekit.ValidateAdjustments(adjustments); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
-	if err := tokenlimit.ValidateTime("now", now); err != nil {
+	if err := storekit.ValidateTime("now", now); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if len(adjustments) == 0 {
@@ -267,7 +268,7 @@ func (s *Store) adjustOnce(ctx context.Context, now time.Time, adjustments []tok
 
 // Reset implements tokenlimit.Store: it deletes the budget's keys.
 func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {
-	if err := tokenlimit.ValidateKey(key, alg); err != nil {
+	if err := storekit.ValidateKey(key, alg); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	if _, err := s.run(ctx, resetSc, s.appendKeys(nil, key, alg), nil); err != nil {
@@ -280,13 +281,13 @@ var _ tokenlimit.LogReader = (*Store)(nil)
 
 // LogEntries implements tokenlimit.LogReader with one read-only script call.
 func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Limit, now time.Time) ([]tokenlimit.LogEntry, error) {
-	if err := (tokenlimit.Item{Key: key, Limit: limit}).Validate(); err != nil {
+	if err := storekit.ValidateItem(tokenlimit.Item{Key: key, Limit: limit}); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	if limit.Algorithm != tokenlimit.SlidingLog {
 		return nil, fmt.Errorf("redisstore: %s has no log: %w", limit.Algorithm, tokenlimit.ErrInvalid)
 	}
-	if err := tokenlimit.ValidateTime("now", now); err != nil {
+	if err := storekit.ValidateTime("now", now); err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	args := append(s.header(now, 1), strconv.FormatInt(limit.Period.Microseconds(), 10))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 var _ tokenlimit.Reserver = (*Store)(nil)
@@ -31,7 +32,7 @@ func (s *Store) pointerKey(id string) string { return s.prefix + "rvp:{" + id + 
 // (a pointer in the id's slot) and one per slot of the items; see
 // docs/operations.md for what that guarantees.
 func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	if err := req.Validate(results); err != nil {
+	if err := storekit.ValidateReserve(req, results); err != nil {
 		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: %w", err)
 	}
 	if s.cluster {
@@ -40,14 +41,14 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.Reser
 	if s.records != nil {
 		return s.reserveBatched(ctx, now, req, results)
 	}
-	return s.reserveAt(ctx, now, s.caller, s.RecordKey(req.ID), req.Digest(), req.TTL, req.Items, rulesOf(req), results)
+	return s.reserveAt(ctx, now, s.caller, s.RecordKey(req.ID), storekit.Digest(req), req.TTL, req.Items, rulesOf(req), results)
 }
 
 // rulesOf returns one rule per item.
 func rulesOf(req tokenlimit.ReserveRequest) []tokenlimit.SettleRule {
 	rules := make([]tokenlimit.SettleRule, len(req.Items))
 	for i := range rules {
-		rules[i] = req.Rule(i)
+		rules[i] = storekit.Rule(req, i)
 	}
 	return rules
 }
@@ -82,7 +83,7 @@ func reserveOutcome(items []tokenlimit.Item, results []tokenlimit.Result, reply 
 	out := tokenlimit.ReserveOutcome{Status: tokenlimit.ReserveStatus(reply[1]), At: time.UnixMicro(reply[0])}
 	switch out.Status {
 	case tokenlimit.Conflict, tokenlimit.Closed:
-		tokenlimit.NoCharge(items, results)
+		storekit.NoCharge(items, results)
 		return out, nil
 	case tokenlimit.Reserved, tokenlimit.Replayed, tokenlimit.Denied:
 	default:
@@ -166,14 +167,14 @@ func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimi
 		it := req.Items[group[0]]
 		slots[g] = int64(keySlot(s.Key(it.Key, it.Limit.Algorithm)))
 	}
-	digest, rules := req.Digest(), rulesOf(req)
+	digest, rules := storekit.Digest(req), rulesOf(req)
 	claim, err := s.pointer(ctx, now, req.ID, "claim", digest, req.TTL, slots)
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, err
 	}
 	switch st := tokenlimit.ReserveStatus(claim[0]); st {
 	case tokenlimit.Conflict, tokenlimit.Closed:
-		tokenlimit.NoCharge(req.Items, results)
+		storekit.NoCharge(req.Items, results)
 		return tokenlimit.ReserveOutcome{Status: st, At: now}, nil
 	}
 	u := undoer{s: s, ctx: ctx, now: now, id: req.ID, ttl: req.TTL, fresh: claim[0] == int64(tokenlimit.Reserved)}
@@ -211,7 +212,7 @@ func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimi
 			if err := u.undo(nil); err != nil {
 				return tokenlimit.ReserveOutcome{}, err
 			}
-			tokenlimit.NoCharge(req.Items, results)
+			storekit.NoCharge(req.Items, results)
 			return o, nil
 		}
 	}

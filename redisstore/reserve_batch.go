@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // Reservations and settlements are batched in lanes as checks are
@@ -116,7 +117,7 @@ func (s *Store) reserveAlone(j *reserveJob) {
 		j.err = s.reserveMany(j.ctx, []*reserveJob{j}, nil)
 		return
 	}
-	j.outcome, j.err = s.reserveAt(j.ctx, j.now, s.caller, s.RecordKey(j.req.ID), j.req.Digest(), j.req.TTL, j.req.Items, rulesOf(j.req), j.results)
+	j.outcome, j.err = s.reserveAt(j.ctx, j.now, s.caller, s.RecordKey(j.req.ID), storekit.Digest(j.req), j.req.TTL, j.req.Items, rulesOf(j.req), j.results)
 }
 
 // settleAlone is reserveAlone's counterpart for a settlement.
@@ -155,9 +156,9 @@ func (s *Store) reserveMany(ctx context.Context, jobs []*reserveJob, _ *callBuff
 			packed = appendItem(packed, it.Limit, it.Cost)
 		}
 		for i := range j.req.Items {
-			packed = appendInt(packed, int64(j.req.Rule(i)))
+			packed = appendInt(packed, int64(storekit.Rule(j.req, i)))
 		}
-		args = append(args, j.req.Digest())
+		args = append(args, storekit.Digest(j.req))
 	}
 	args[0], args[1] = s.padMs, string(packed)
 	reply, err := s.runIdempotent(ctx, reserveBatchSc, keys, args)

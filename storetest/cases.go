@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // Cases returns every behaviour of every algorithm as data. Expected values
@@ -206,7 +207,7 @@ func bucketCases() []Case {
 		// The largest bucket Validate accepts over the longest period: every
 		// intermediate value is near 2^53, where Lua stops being exact.
 		Name:  "token_bucket/at the precision bound",
-		Limit: tokenlimit.TokenBucketLimit(tokenlimit.MaxBucketSpan/tokenlimit.MaxPeriod.Microseconds(), 1, tokenlimit.MaxPeriod),
+		Limit: tokenlimit.TokenBucketLimit(storekit.MaxBucketSpan/tokenlimit.MaxPeriod.Microseconds(), 1, tokenlimit.MaxPeriod),
 		Steps: []Step{
 			at(1*us, 71, Ok(0, 71*tokenlimit.MaxPeriod)),
 			at(1*us, 71, Deny(0, 71*tokenlimit.MaxPeriod, 71*tokenlimit.MaxPeriod)),

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // exactLimits are the limits the concurrency proof runs: each admits exactly
@@ -178,8 +179,8 @@ func runTimes(t *testing.T, open Open) {
 	ctx := context.Background()
 	st := open(t).Replica()
 	l := tokenlimit.FixedWindowLimit(5, s)
-	last := time.UnixMicro(tokenlimit.MaxExact - 1)
-	bad := []time.Time{time.Unix(-1, 0), time.UnixMicro(-1), {}, time.UnixMicro(tokenlimit.MaxExact), last.Add(time.Hour)}
+	last := time.UnixMicro(storekit.MaxExact - 1)
+	bad := []time.Time{time.Unix(-1, 0), time.UnixMicro(-1), {}, time.UnixMicro(storekit.MaxExact), last.Add(time.Hour)}
 	wantField := func(what string, err error, field string) {
 		t.Helper()
 		var fe *tokenlimit.FieldError

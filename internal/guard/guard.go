@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // KeyError reports that a request carries no usable key: Field names what
@@ -55,7 +56,7 @@ func New(pkg string, l *tokenlimit.Limiter, limit tokenlimit.Limit, g Guard) (*G
 		g.Log = slog.Default()
 	}
 	if g.DefaultKey != "" {
-		if err := tokenlimit.ValidateKey(g.DefaultKey, limit.Algorithm); err != nil {
+		if err := storekit.ValidateKey(g.DefaultKey, limit.Algorithm); err != nil {
 			return nil, fmt.Errorf("%s: New: DefaultKey: %w", pkg, err)
 		}
 	}

@@ -67,7 +67,7 @@ func BucketLevel(l tokenlimit.Limit, r tokenlimit.Result) (float64, bool) {
 	if l.Algorithm != tokenlimit.TokenBucket && l.Algorithm != tokenlimit.GCRA {
 		return 0, false
 	}
-	// In units of 1/den µs, exact: capacity×num ≤ tokenlimit.MaxBucketSpan.
+	// In units of 1/den µs, exact: capacity×num ≤ storekit.MaxBucketSpan.
 	num, den := l.Interval() // µs per token = num/den
 	left := l.Capacity()*num - r.ResetAfter.Microseconds()*den
 	return float64(min(max(left, 0), l.Capacity()*num)) / float64(num), true
