@@ -74,11 +74,9 @@ func outcomes(checks []check, results []tokenlimit.Result, failOpen bool) []Outc
 // fillOutcomes sets out[i] to the outcome of checks[i] with results[i], and
 // returns out.
 func fillOutcomes(out []Outcome, checks []check, results []tokenlimit.Result, failOpen bool) []Outcome {
-	for i, c := range checks {
-		out[i] = Outcome{
-			Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
-			Shadow: c.limit.Shadow, FailOpen: failOpen, Result: results[i],
-		}
+	for i := range checks {
+		out[i] = checks[i].outcome(results[i])
+		out[i].FailOpen = failOpen
 	}
 	return out
 }
@@ -342,8 +340,7 @@ func (s *Service) failClosed(checks []check) (Decision, []check) {
 	for _, c := range checks {
 		if !c.limit.FailOpen {
 			d.Unavailable = true
-			d.Limits = append(d.Limits, Outcome{Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
-				Result: tokenlimit.Result{Limit: c.item.Limit.Capacity()}})
+			d.Limits = append(d.Limits, c.outcome(tokenlimit.Result{Limit: c.item.Limit.Capacity()}))
 			continue
 		}
 		c.item.Limit = resilient.ShareOf(c.item.Limit, c.limit.FailOpenShare)

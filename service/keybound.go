@@ -136,8 +136,7 @@ func (s *Service) keySpaceFull(checks []check, which string, err error) Decision
 	s.log.Debug("key space full: request refused", "store", which, "error", err)
 	d := Decision{At: s.opts.Clock(), KeySpaceFull: true}
 	for _, c := range checks {
-		d.Limits = append(d.Limits, Outcome{Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost,
-			Shadow: c.limit.Shadow, Result: tokenlimit.Result{Limit: c.item.Limit.Capacity()}})
+		d.Limits = append(d.Limits, c.outcome(tokenlimit.Result{Limit: c.item.Limit.Capacity()}))
 	}
 	return d
 }

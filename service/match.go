@@ -62,6 +62,17 @@ type check struct {
 	// own marks a limit of the caller's (CheckLimit), which no
 	// reservation charges.
 	own bool
+	// level is where limit comes from, levelName that level's name (see
+	// Outcome).
+	level     Level
+	levelName string
+}
+
+// outcome is c's answer r: the limit's name and level, its budget's key,
+// the request's cost under it.
+func (c *check) outcome(r tokenlimit.Result) Outcome {
+	return Outcome{Name: c.limit.Name, Key: c.item.Key, Request: c.request, Cost: c.item.Cost, Shadow: c.limit.Shadow,
+		Level: c.level, LevelName: c.levelName, Unit: unitOf(c.limit), Result: r}
 }
 
 // plan holds the checks of one service call, split into enforced and shadow.
@@ -115,18 +126,20 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 			cost = 1
 		}
 		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
+		plan := desc["plan"]
 		for li := range rules.cfg.Limits {
-			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, levelPlan) {
-				sel.add(l, rules.matches[li], true)
+			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, LevelPlan) {
+				sel.add(l, rules.matches[li], LevelPlan, plan)
 			}
 		}
 		for _, level := range [...]struct {
 			limits []config.Limit
-			level  level
-		}{{lv.team, levelTeam}, {lv.key, levelKey}} {
+			level  Level
+			name   string
+		}{{lv.team, LevelTeam, lv.teamName}, {lv.key, LevelKey, lv.keyName}} {
 			for li := range level.limits {
 				if l := &level.limits[li]; !lv.replace(l.Name, level.level) {
-					sel.add(l, nil, false)
+					sel.add(l, nil, level.level, level.name)
 				}
 			}
 		}
@@ -147,10 +160,11 @@ type selector struct {
 	p              *plan
 }
 
-// add adds the check of l, whose Match is want, if it applies; bounded
-// says whether the configuration's max_keys trackers apply to it (not to
-// a plane limit's budget).
-func (sel *selector) add(l *config.Limit, want []match, bounded bool) {
+// add adds the check of l, whose Match is want, if it applies; l comes
+// from level, named levelName (see Outcome): the configuration's max_keys
+// trackers apply to the plan's limits only (not to a plane limit's
+// budget).
+func (sel *selector) add(l *config.Limit, want []match, level Level, levelName string) {
 	key, ok := applies(l, want, sel.desc, sel.rules.cfg.HashTag)
 	if !ok || (l.Concurrency && !sel.inFlight) {
 		return
@@ -162,12 +176,13 @@ func (sel *selector) add(l *config.Limit, want []match, bounded bool) {
 	if sel.limit != nil && l.RLSOverride {
 		limit, suffix = sel.limit.apply(limit), suffix+sel.limit.keySuffix()
 	}
-	if bounded {
+	if level == LevelPlan {
 		key = sel.s.boundKey(sel.rules, l, key, suffix, limit, *sel.now, sel.take)
 	} else {
 		key += suffix
 	}
-	c := check{limit: l, request: sel.request, item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(sel.desc, sel.cost, sel.spend)}}
+	c := check{limit: l, request: sel.request, level: level, levelName: levelName,
+		item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(sel.desc, sel.cost, sel.spend)}}
 	if l.Shadow {
 		sel.p.shadow = append(sel.p.shadow, c)
 	} else {

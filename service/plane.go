@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,26 +11,43 @@ import (
 	"github.com/tokenlimit/tokenlimit/plane"
 )
 
-// level is where a limit of a call made with a plane key comes from.
-type level uint8
+// Level is where a limit comes from: the configuration (a plan's quotas
+// and every other configured limit), or, for a call made with a plane key,
+// the key's team or the key itself.
+type Level uint8
 
 // The levels, from the lowest precedence to the highest.
 const (
-	levelPlan level = iota // the configuration (the plan's and every other limit)
-	levelTeam
-	levelKey
+	LevelPlan Level = iota // the configuration (the plan's and every other limit)
+	LevelTeam
+	LevelKey
 )
 
-// levels are the plane's limits of one call: its key's and its team's.
+// String returns "plan", "team" or "key".
+func (l Level) String() string {
+	switch l {
+	case LevelPlan:
+		return "plan"
+	case LevelTeam:
+		return "team"
+	case LevelKey:
+		return "key"
+	}
+	return fmt.Sprintf("Level(%d)", uint8(l))
+}
+
+// levels are the plane's limits of one call, its key's and its team's,
+// and the names of those levels: the team's id, the key's display name.
 type levels struct {
-	team, key []config.Limit
+	team, key         []config.Limit
+	teamName, keyName string
 }
 
 // replace reports whether a limit named name at level at gives way to one
 // of that name at a higher level: a limit of the same name on the key
 // replaces the team's, which replaces the plan's; limits of different
 // names all apply.
-func (lv levels) replace(name string, at level) bool {
+func (lv levels) replace(name string, at Level) bool {
 	if lv.team == nil && lv.key == nil {
 		return false
 	}
@@ -37,9 +55,9 @@ func (lv levels) replace(name string, at level) bool {
 		return slices.ContainsFunc(ls, func(l config.Limit) bool { return l.Name == name })
 	}
 	switch at {
-	case levelPlan:
+	case LevelPlan:
 		return has(lv.team) || has(lv.key)
-	case levelTeam:
+	case LevelTeam:
 		return has(lv.key)
 	}
 	return false
@@ -59,9 +77,9 @@ func (s *Service) planeLevels(rules *ruleset, desc map[string]string) (map[strin
 }
 
 func levelsOf(key *plane.Key, team *plane.Team) levels {
-	lv := levels{key: key.Limits}
+	lv := levels{key: key.Limits, keyName: key.Name}
 	if team != nil {
-		lv.team = team.Limits
+		lv.team, lv.teamName = team.Limits, team.ID
 	}
 	return lv
 }
@@ -107,10 +125,11 @@ func (s *Service) KnownPlan(name string) bool {
 
 // Usage is one limit that applies to a plane key, and its state.
 type Usage struct {
-	// Level is "key", "team" or "plan" (a limit of the configuration);
-	// LevelName the key's id, the team's name, or the plan's name ("" for
-	// a configured limit a call matches without a plan).
-	Level, LevelName string
+	// Level is where the limit comes from; LevelName names it: the
+	// key's name, the team's, or the plan's ("" for a configured limit a
+	// call matches without a plan). See Outcome.
+	Level     Level
+	LevelName string
 	// Name is the limit's name; Unit what it counts.
 	Name string
 	Unit Unit
@@ -134,7 +153,7 @@ func (s *Service) KeyUsage(ctx context.Context, id string) ([]Usage, error) {
 	}
 	team, _ := s.opts.Plane.Team(key.Team)
 	cfg := s.rules.Load().cfg
-	return s.usage(ctx, keyDescriptors(cfg, map[string]string{}, key, team), levelsOf(key, team), key, team)
+	return s.usage(ctx, keyDescriptors(cfg, map[string]string{}, key, team), levelsOf(key, team))
 }
 
 // TeamUsage reports the limits the keys of the plane team id share: the
@@ -153,43 +172,20 @@ func (s *Service) TeamUsage(ctx context.Context, id string) ([]Usage, error) {
 	if plan := cmp.Or(team.Plan, s.rules.Load().cfg.DefaultPlan); plan != "" {
 		desc["plan"] = plan
 	}
-	return s.usage(ctx, desc, levels{team: team.Limits}, nil, team)
+	return s.usage(ctx, desc, levels{team: team.Limits, teamName: team.ID})
 }
 
 // usage inspects the budgets a call with descriptors desc and plane levels
-// lv draws from, naming each one's level: key (a nil key has none), team
-// or plan.
-func (s *Service) usage(ctx context.Context, desc map[string]string, lv levels, key *plane.Key, team *plane.Team) ([]Usage, error) {
+// lv draws from, naming each one's level.
+func (s *Service) usage(ctx context.Context, desc map[string]string, lv levels) ([]Usage, error) {
 	d, err := s.Inspect(ctx, Request{Descriptors: desc, key: &lv})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Usage, 0, len(d.Limits))
-	for _, o := range d.Limits {
-		u := Usage{Level: "plan", LevelName: desc["plan"], Name: o.Name, Limit: o.Limit, Remaining: o.Remaining,
-			Used: max(o.Limit-o.Remaining, 0), Reset: d.At.Add(o.ResetAfter)}
-		switch {
-		case key != nil && lv.replace(o.Name, levelTeam):
-			u.Level, u.LevelName = "key", key.ID
-		case team != nil && lv.replace(o.Name, levelPlan):
-			u.Level, u.LevelName = "team", team.ID
-		}
-		if unit, ok := s.unitIn(o.Name, lv); ok {
-			u.Unit = unit
-		}
-		out = append(out, u)
+	out := make([]Usage, len(d.Limits))
+	for i, o := range d.Limits {
+		out[i] = Usage{Level: o.Level, LevelName: o.LevelName, Name: o.Name, Unit: o.Unit, Limit: o.Limit,
+			Remaining: o.Remaining, Used: max(o.Limit-o.Remaining, 0), Reset: d.At.Add(o.ResetAfter)}
 	}
 	return out, nil
-}
-
-// unitIn is UnitOf for a call with the plane levels lv.
-func (s *Service) unitIn(name string, lv levels) (Unit, bool) {
-	for _, ls := range [][]config.Limit{lv.key, lv.team} {
-		for i := range ls {
-			if ls[i].Name == name {
-				return unitOf(&ls[i]), true
-			}
-		}
-	}
-	return s.UnitOf(name)
 }

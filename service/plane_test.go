@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/plane"
@@ -115,4 +116,89 @@ func TestPlaneRefusesUnknownAndRevokedKeys(t *testing.T) {
 	if d := e.check(D{"api_key": "sk-other"}, 1); !d.Allowed {
 		t.Fatalf("a key that is not the plane's: %+v", d)
 	}
+}
+
+// TestPlaneOutcomeLevels: each outcome names where its limit comes from
+// (the plan, the key's team, the key) and what it counts, in a decision,
+// a denial and KeyUsage alike.
+func TestPlaneOutcomeLevels(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e, p := newPlaneEnv(t, store)
+		ctx := context.Background()
+		if _, err := p.CreateTeam(ctx, plane.Spec{Name: "acme", Plan: "pro", Limits: limitsJSON(`[
+			{"name": "usd-monthly", "unit": "usd", "algorithm": "fixed_window", "limit": "50.00/day", "calendar": "month"}]`)}); err != nil {
+			t.Fatal(err)
+		}
+		k, secret, err := p.CreateKey(ctx, plane.Spec{Name: "laptop", Team: "acme", Limits: limitsJSON(`[
+			{"name": "rpm", "algorithm": "fixed_window", "limit": "3/min"}]`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type level struct {
+			level      service.Level
+			name       string
+			unit       service.Unit
+			used, left int64
+		}
+		// Limits without a cost charge the request's (Tokens).
+		want := map[string]level{
+			"rpm":            {service.LevelKey, "laptop", service.Tokens, 1, 2},
+			"usd-monthly":    {service.LevelTeam, "acme", service.USD, 50_000_000, 0},
+			"burst":          {service.LevelPlan, "pro", service.Tokens, 1, 49},
+			"plan-pro-daily": {service.LevelPlan, "pro", service.Tokens, 1, 999},
+		}
+		levels := func(what string, got map[string]level, full bool) {
+			t.Helper()
+			if len(got) != len(want) {
+				t.Fatalf("%s: %v, want %v", what, got, want)
+			}
+			for name, w := range want {
+				g := got[name]
+				if !full {
+					g.used, g.left, w.used, w.left = 0, 0, 0, 0
+				}
+				if g != w {
+					t.Errorf("%s of %s: %+v, want %+v", what, name, g, w)
+				}
+			}
+		}
+		d, err := e.svc.Check(ctx, service.Request{Descriptors: D{"api_key": secret}, Spend: 50_000_000})
+		if err != nil || !d.Allowed {
+			t.Fatalf("the first call: %+v, %v", d, err)
+		}
+		got := map[string]level{}
+		for _, o := range d.Limits {
+			got[o.Name] = level{level: o.Level, name: o.LevelName, unit: o.Unit}
+		}
+		levels("decision", got, false)
+		d, err = e.svc.Check(ctx, service.Request{Descriptors: D{"api_key": secret}, Spend: 1})
+		if err != nil || d.Allowed {
+			t.Fatalf("a call past the team's budget: %+v, %v", d, err)
+		}
+		i := slices.IndexFunc(d.Limits, func(o service.Outcome) bool { return !o.Allowed })
+		if o := d.Limits[i]; o.Name != "usd-monthly" || o.Level != service.LevelTeam || o.LevelName != "acme" || o.Unit != service.USD {
+			t.Errorf("denied by %+v, want the team acme's usd-monthly", o)
+		}
+		us, err := e.svc.KeyUsage(ctx, k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]level{}
+		for _, u := range us {
+			got[u.Name] = level{level: u.Level, name: u.LevelName, unit: u.Unit, used: u.Used, left: u.Remaining}
+			if u.Name == "usd-monthly" && !u.Reset.Equal(time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)) {
+				t.Errorf("usd-monthly resets %v, want the month's end", u.Reset)
+			}
+		}
+		levels("usage", got, true)
+		// A call without a plane key: the configuration's limits, at the
+		// level of the request's plan.
+		d = e.check(D{"api_key": "sk-yaml", "plan": "pro"}, 1)
+		for _, o := range d.Limits {
+			if o.Level != service.LevelPlan || o.LevelName != "pro" {
+				t.Errorf("a call without a plane key: %s at %v %q, want plan pro", o.Name, o.Level, o.LevelName)
+			}
+		}
+	})
 }

@@ -357,6 +357,14 @@ type Outcome struct {
 	Request int
 	// Cost is what the request cost under this limit.
 	Cost int64
+	// Level is where the limit comes from: LevelPlan for a limit of the
+	// configuration, LevelTeam or LevelKey for one of the plane key's team
+	// or of the key (see the package plane). LevelName names it: the
+	// request's plan ("" for none), the team's id, or the key's name.
+	Level     Level
+	LevelName string
+	// Unit is what the limit counts.
+	Unit Unit
 	// Shadow limits never deny; Allowed says whether they would have.
 	Shadow bool
 	// FailOpen marks an answer taken from the local budget because the

@@ -18,8 +18,13 @@ type Decision struct {
 }
 
 // Outcome is one limit's answer. Times are milliseconds, rounded up.
+// Level, LevelName and Unit are the service's (service.Outcome): empty
+// for the middleware, which has no levels.
 type Outcome struct {
 	Name             string `json:"name"`
+	Level            string `json:"level,omitempty"`
+	LevelName        string `json:"level_name,omitempty"`
+	Unit             string `json:"unit,omitempty"`
 	Key              string `json:"key"`
 	Request          int    `json:"request"`
 	Shadow           bool   `json:"shadow"`

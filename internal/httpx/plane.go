@@ -394,10 +394,8 @@ func (a PlaneAdmin) usage(of func(ctx context.Context, id string) ([]service.Usa
 		}
 		out := make([]usageBody, len(us))
 		for i, u := range us {
-			out[i] = usageBody{Level: u.Level, LevelName: u.LevelName, Name: u.Name, Limit: u.Limit, Used: u.Used, Remaining: u.Remaining, Reset: u.Reset.UTC()}
-			if u.Unit != 0 {
-				out[i].Unit = u.Unit.String()
-			}
+			out[i] = usageBody{Level: u.Level.String(), LevelName: u.LevelName, Name: u.Name, Unit: u.Unit.String(),
+				Limit: u.Limit, Used: u.Used, Remaining: u.Remaining, Reset: u.Reset.UTC()}
 		}
 		WriteJSON(w, http.StatusOK, struct {
 			ID     string      `json:"id"`

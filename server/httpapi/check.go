@@ -54,6 +54,7 @@ func outcomesBody(limits []service.Outcome) []httpx.Outcome {
 	for i, o := range limits {
 		out[i] = httpx.OutcomeOf(o.Result)
 		out[i].Name, out[i].Key, out[i].Request, out[i].Cost = o.Name, o.Key, o.Request, o.Cost
+		out[i].Level, out[i].LevelName, out[i].Unit = o.Level.String(), o.LevelName, o.Unit.String()
 		out[i].Shadow, out[i].FailOpen = o.Shadow, o.FailOpen
 	}
 	return out

@@ -188,6 +188,9 @@ type decision struct {
 
 type outcome struct {
 	Name             string `json:"name"`
+	Level            string `json:"level"`
+	LevelName        string `json:"level_name"`
+	Unit             string `json:"unit"`
 	Key              string `json:"key"`
 	Request          int    `json:"request"`
 	Shadow           bool   `json:"shadow"`

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
@@ -43,7 +45,8 @@ const admin = "Authorization: Bearer admintoken"
 
 func TestPlaneAdminContract(t *testing.T) {
 	t.Parallel()
-	for _, b := range []backend{memBackend()} {
+	srv := redistest.Start(t)
+	for _, b := range []backend{memBackend(), redisBackend(srv)} {
 		var logs testkit.Buffer
 		e := newPlaneEnv(t, b, &logs)
 		r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "team-usd", "unit": "usd", "algorithm": "fixed_window", "limit": "50.00/day", "calendar": "month"}]}`, admin)
@@ -67,12 +70,15 @@ func TestPlaneAdminContract(t *testing.T) {
 		levels := map[string]string{}
 		for _, l := range r.json(t)["limits"].([]any) {
 			m := l.(map[string]any)
-			levels[m["name"].(string)] = m["level"].(string)
+			levels[m["name"].(string)] = m["level"].(string) + " " + m["level_name"].(string)
+			if _, err := time.Parse(time.RFC3339, m["reset"].(string)); err != nil {
+				t.Errorf("usage of %s: reset %v", m["name"], err)
+			}
 			if m["name"] == "rpm" && (m["used"].(float64) != 1 || m["remaining"].(float64) != 1) {
 				t.Errorf("usage of rpm: %v, want used 1, remaining 1", m)
 			}
 		}
-		if levels["rpm"] != "key" || levels["team-usd"] != "team" || levels["plan-pro-daily"] != "plan" {
+		if levels["rpm"] != "key laptop" || levels["team-usd"] != "team acme" || levels["plan-pro-daily"] != "plan pro" || len(levels) != 3 {
 			t.Errorf("usage levels %v", levels)
 		}
 		// If-Match: of two edits of one version, the second loses.
@@ -181,5 +187,65 @@ func TestPlaneTeamUsage(t *testing.T) {
 	}
 	if r := e.do(http.MethodGet, "/v1/admin/teams/acme/usage", ""); r.status != http.StatusUnauthorized {
 		t.Errorf("usage without the admin token: %d, want 401", r.status)
+	}
+}
+
+// TestPlaneDenialNamesLevel: a denial's body names the limit that denied,
+// its level (key, team, plan) and that level's name, and when it passes.
+func TestPlaneDenialNamesLevel(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, b := range []backend{memBackend(), redisBackend(srv)} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			var logs testkit.Buffer
+			e := newPlaneEnv(t, b, &logs)
+			if r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "team-rpm", "algorithm": "fixed_window", "limit": "3/min"}]}`, admin); r.status != http.StatusCreated {
+				t.Fatalf("POST teams: %d %s", r.status, r.body)
+			}
+			secret := func(spec string) string {
+				r := e.post("/v1/admin/keys", spec, admin)
+				if r.status != http.StatusCreated {
+					t.Fatalf("POST keys: %d %s", r.status, r.body)
+				}
+				return r.json(t)["secret"].(string)
+			}
+			laptop := secret(`{"name": "laptop", "team": "acme", "limits": [{"name": "rpm", "algorithm": "fixed_window", "limit": "1/min"}]}`)
+			ci := secret(`{"name": "ci", "team": "acme"}`)
+			check := func(secret string) decision {
+				return decodeDecision(t, e.post("/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`))
+			}
+			denied := func(d decision) outcome {
+				t.Helper()
+				for _, o := range d.Limits {
+					if !o.Allowed && !d.Allowed {
+						return o
+					}
+				}
+				t.Fatalf("%+v: want a denial", d)
+				return outcome{}
+			}
+			if d := check(laptop); !d.Allowed {
+				t.Fatalf("laptop's first call: %+v", d)
+			}
+			// The key's own rpm replaces the plan's rpm.
+			if o := denied(check(laptop)); o.Name != "rpm" || o.Level != "key" || o.LevelName != "laptop" || o.Limit != 1 || o.RetryAfterMs != 60_000 {
+				t.Errorf("laptop's second call denied by %+v, want the key laptop's rpm, passing in 60 s", o)
+			}
+			for i := range 2 {
+				d := check(ci)
+				if !d.Allowed {
+					t.Fatalf("ci's call %d: %+v", i, d)
+				}
+				for _, o := range d.Limits {
+					if want := map[string]string{"rpm": "plan pro", "team-rpm": "team acme", "plan-pro-daily": "plan pro"}[o.Name]; o.Level+" "+o.LevelName != want {
+						t.Errorf("ci's %s at %s %q, want %s", o.Name, o.Level, o.LevelName, want)
+					}
+				}
+			}
+			if o := denied(check(ci)); o.Name != "team-rpm" || o.Level != "team" || o.LevelName != "acme" || o.RetryAfterMs != 60_000 {
+				t.Errorf("ci's third call denied by %+v, want the team acme's team-rpm", o)
+			}
+		})
 	}
 }

@@ -78,7 +78,7 @@ func testTokenBucketSimulator(t *testing.T, b backend) {
 		if i == 0 {
 			cost = 1
 		}
-		want := outcome{Name: "llm-budget", Key: "llm-budget|user=alice", Allowed: true, Limit: 10,
+		want := outcome{Name: "llm-budget", Level: "plan", Unit: "requests", Key: "llm-budget|user=alice", Allowed: true, Limit: 10,
 			Remaining: s.remaining, Cost: cost, ResetMs: s.resetMs}
 		if !d.Allowed || len(d.Limits) != 1 || d.Limits[0] != want {
 			t.Fatalf("step %d: %+v, want allowed with %+v", i, d, want)
@@ -92,7 +92,7 @@ func testTokenBucketSimulator(t *testing.T, b backend) {
 		"X-RateLimit-Reset": "5", "RateLimit": `"llm-budget";r=0;t=5`, "RateLimit-Policy": policy,
 	})
 	d := decodeDecision(t, r)
-	want := outcome{Name: "llm-budget", Key: "llm-budget|user=alice", Limit: 10, Cost: 3, ResetMs: 5000, RetryAfterMs: 1500}
+	want := outcome{Name: "llm-budget", Level: "plan", Unit: "requests", Key: "llm-budget|user=alice", Limit: 10, Cost: 3, ResetMs: 5000, RetryAfterMs: 1500}
 	if d.Allowed || len(d.Limits) != 1 || d.Limits[0] != want {
 		t.Fatalf("denied embed: %+v, want %+v", d, want)
 	}
@@ -484,8 +484,8 @@ func testAdminInspectReset(t *testing.T, b backend) {
 	}
 	got := e.inspect(token, `{"user": "lee", "route": "/v1/sensitive"}`)
 	want := map[string]outcome{
-		"hard-cap":   {Name: "hard-cap", Key: "hard-cap|user=lee", Allowed: true, Limit: 5, Remaining: 3, ResetMs: 5000},
-		"llm-budget": {Name: "llm-budget", Key: "llm-budget|user=lee", Allowed: true, Limit: 10, Remaining: 8, ResetMs: 1000},
+		"hard-cap":   {Name: "hard-cap", Level: "plan", Unit: "tokens", Key: "hard-cap|user=lee", Allowed: true, Limit: 5, Remaining: 3, ResetMs: 5000},
+		"llm-budget": {Name: "llm-budget", Level: "plan", Unit: "requests", Key: "llm-budget|user=lee", Allowed: true, Limit: 10, Remaining: 8, ResetMs: 1000},
 	}
 	if len(got) != 2 || got["hard-cap"] != want["hard-cap"] || got["llm-budget"] != want["llm-budget"] {
 		t.Fatalf("inspect: %+v, want %+v", got, want)
