@@ -196,5 +196,9 @@ func (d *dashboard) limits(w http.ResponseWriter, r *http.Request) {
 		// InspectorOff says why the key inspector cannot answer this client
 		// (so the page says so before anyone types a token); "" when it can.
 		InspectorOff string `json:"inspector_off,omitempty"`
-	}{d.svc.ConfigVersion(), httpx.LimitsOf(d.svc.Limits()), d.admin.Off("the key inspector's endpoints", r)})
+		// PlaneOff is the same for the quota plane's admin endpoints, which
+		// the Teams and API keys pages call (tokenlimit serve gives them
+		// the dashboard's admin token and loopback rule).
+		PlaneOff string `json:"plane_off,omitempty"`
+	}{d.svc.ConfigVersion(), httpx.LimitsOf(d.svc.Limits()), d.admin.Off("the key inspector's endpoints", r), d.admin.Off("the quota plane's admin endpoints", r)})
 }

@@ -1,6 +1,8 @@
 // Package web is tokenlimit's dashboard: one page, served at "/", with the
 // live overview of the service (decisions per second per limit, store
-// health, configuration version), the limits in force, a key inspector, and
+// health, configuration version), the limits in force, a key inspector, the
+// quota plane's Teams and API keys pages (over the API's /v1/admin/teams and
+// /v1/admin/keys, which tokenlimit serve serves beside it), and
 // simulators that run the real engine in a sandbox — the sliding window and
 // the token bucket of the classic rate-limiting walkthroughs (5 per 5 s;
 // 10 tokens refilling 2 per second), the race between client-side

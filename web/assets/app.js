@@ -30,21 +30,26 @@
     return e;
   }
 
-  // api calls a JSON endpoint: GET without body, POST with one. It throws
-  // the server's error message.
-  async function api(path, body, headers = {}) {
-    const init = body === undefined ? {} : {
-      method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body),
-    };
+  // request calls a JSON endpoint with method, a body when not undefined,
+  // and headers. It throws the server's error message (with the answer's
+  // status). Answers are never cached: some hold a secret.
+  async function request(method, path, body, headers = {}) {
+    const init = { method, headers: { ...headers }, cache: 'no-store' };
+    if (body !== undefined) {
+      init.headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
     const res = await fetch(path, init);
     let data = {};
-    try { data = await res.json(); } catch (e) { /* not JSON */ }
+    try { data = await res.json(); } catch (e) { /* not JSON, or 204 */ }
     if (!res.ok) {
       const err = data.error || {};
-      throw new Error((err.field ? err.field + ': ' : '') + (err.message || res.status + ' ' + res.statusText));
+      throw Object.assign(new Error((err.field ? err.field + ': ' : '') + (err.message || res.status + ' ' + res.statusText)), { status: res.status });
     }
     return data;
   }
+  // api calls a dashboard endpoint: GET without body, POST with one.
+  const api = (path, body, headers) => request(body === undefined ? 'GET' : 'POST', path, body, headers);
 
   function say(id, msg, isError) {
     const s = $(id);
@@ -335,6 +340,311 @@
     };
   })();
 
+  // ---- Quota plane: Teams and API keys -------------------------------------
+  // Both pages call the plane's admin API (/v1/admin/...) that tokenlimit
+  // serve serves beside the dashboard, with the admin token typed in the
+  // page's password field. The token lives there only, in the page's
+  // memory: never in a cookie, storage or a URL, so a reload asks for it
+  // again. The admin token fields of every page mirror each other.
+  for (const f of $$('.admin-token')) {
+    f.addEventListener('input', () => { for (const o of $$('.admin-token')) if (o !== f) o.value = f.value; });
+  }
+
+  // confirmAction asks in a modal dialog (not window.confirm, which blocks
+  // the page); it resolves to whether OK was chosen. extra is an element
+  // shown under the question, such as a choice.
+  function confirmAction(text, ok, extra) {
+    const d = $('#confirm');
+    $('#confirm-text').textContent = text;
+    $('#confirm-ok').textContent = ok;
+    $('#confirm-extra').replaceChildren(...(extra ? [extra] : []));
+    d.showModal();
+    return new Promise((resolve) => {
+      const done = (yes) => { d.close(); resolve(yes); };
+      $('#confirm-ok').onclick = () => done(true);
+      $('#confirm-cancel').onclick = () => done(false);
+      d.oncancel = (ev) => { ev.preventDefault(); done(false); };
+    });
+  }
+
+  // labelsOf reads "name=value" lines; an empty line is skipped.
+  function labelsOf(text) {
+    const out = {};
+    for (const line of text.split('\n').map((x) => x.trim()).filter(Boolean)) {
+      const eq = line.indexOf('=');
+      if (eq <= 0) throw new Error(`labels: want name=value on each line, got "${line}"`);
+      out[line.slice(0, eq).trim()] = line.slice(eq + 1).trim();
+    }
+    return out;
+  }
+  // specOf builds a team's or key's spec from a create form's fields.
+  function specOf(page, extra = {}) {
+    const spec = { name: $(`#${page}-name`).value.trim(), plan: $(`#${page}-plan`).value.trim() || undefined, ...extra };
+    const labels = labelsOf($(`#${page}-labels`).value);
+    if (Object.keys(labels).length) spec.labels = labels;
+    const limits = $(`#${page}-limits`).value.trim();
+    if (limits) {
+      try { spec.limits = JSON.parse(limits); } catch (e) { throw new Error(`limits: not JSON: ${e.message}`); }
+    }
+    return spec;
+  }
+
+  // amount writes v in a budget's unit.
+  function amount(unit, v) {
+    switch (unit) {
+      case 'usd': return usd(v);
+      case 'tokens': return `${num(v)} tokens`;
+      case 'in_flight': return `${num(v)} in flight`;
+      default: return `${num(v)} requests`;
+    }
+  }
+  // budgetItem is one budget of a usage answer: its name and level, used
+  // of limit as text and as a bar, and when it is whole again.
+  function budgetItem(b) {
+    const share = b.limit ? Math.min(1, b.used / b.limit) : 0;
+    const bar = el('span', {
+      class: 'meter used' + (b.remaining <= 0 ? ' spent' : ''), role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': b.limit,
+      'aria-valuenow': b.used, 'aria-label': `${b.name}: ${amount(b.unit, b.used)} of ${amount(b.unit, b.limit)} used`,
+    }, el('span'));
+    bar.firstChild.style.width = (100 * share).toFixed(1) + '%';
+    const left = new Date(b.reset) - Date.now();
+    const level = b.level === 'key' ? 'the key' : b.level_name ? `${b.level} ${b.level_name}` : 'the configuration';
+    return el('li', { 'data-limit': b.name, 'data-level': b.level, 'data-used': b.used, 'data-remaining': b.remaining },
+      el('span', { class: 'budget-head' }, el('strong', { text: b.name }), el('span', { class: 'small', text: ` of ${level}` })),
+      el('span', { text: `${amount(b.unit, b.used)} of ${amount(b.unit, b.limit)} used` }), bar,
+      el('span', { class: 'small', text: b.used <= 0 ? 'whole' : left > 0 ? `whole again in ${dur(left)} (${new Date(b.reset).toLocaleTimeString()})` : 'whole again now' }));
+  }
+  function budgetsCell(u) {
+    if (u instanceof Error) return el('td', { class: 'error', text: `usage: ${u.message}` });
+    if (!u.limits.length) return el('td', { text: 'no budget applies' });
+    return el('td', {}, el('ul', { class: 'budgets' }, ...u.limits.map(budgetItem)));
+  }
+  // spendCell is what the usd budgets counted this period.
+  function spendCell(u) {
+    const spend = u instanceof Error ? [] : u.limits.filter((b) => b.unit === 'usd');
+    if (!spend.length) return el('td', { class: 'num', text: 'no spend budget' });
+    return el('td', { class: 'num' }, ...spend.map((b) => el('span', { class: 'spend', 'data-limit': b.name, text: `${usd(b.used)} of ${usd(b.limit)} (${b.name})` })));
+  }
+  function labelsCell(r) {
+    const ls = Object.entries(r.labels || {});
+    return el('td', {}, ls.length ? el('span', { class: 'labels' }, ...ls.map(([k, v]) => el('code', { text: `${k}=${v}` }))) : 'none');
+  }
+  const button = (text, label, cls, onClick) => {
+    const b = el('button', { type: 'button', class: cls, 'aria-label': label, text });
+    b.addEventListener('click', onClick);
+    return b;
+  };
+
+  // planePage wires the Teams or the API keys page (o.name): the records
+  // of o.path listed and searched (o.words are what a search matches),
+  // each with its usage, refreshed every two seconds while the page is
+  // shown; o.cells are a row's cells before its budgets, o.actions its
+  // buttons, o.create makes a record from the create form, o.context is
+  // what rows need beside the records (fetched with them).
+  function planePage(o) {
+    const id = (x) => `#${o.name}-${x}`;
+    const rows = new Map(); // record id -> { tr, version }
+    let timer = 0, running = null, again = false;
+    const call = (method, path, body, headers = {}) =>
+      request(method, path, body, { ...headers, Authorization: 'Bearer ' + $(id('token')).value });
+
+    async function listAll(path, field) {
+      const out = [];
+      let after = '';
+      do {
+        const d = await call('GET', `${path}?limit=1000${after ? '&after=' + encodeURIComponent(after) : ''}`);
+        out.push(...d[field]);
+        after = d.next || '';
+      } while (after);
+      return out;
+    }
+    const MAX_ROWS = 100;
+    async function load() {
+      const [all, ctx] = await Promise.all([listAll(o.path, o.name), o.context ? o.context(listAll) : null]);
+      const q = $(id('search')).value.trim().toLowerCase();
+      const hits = all.filter((r) => !q || o.words(r).some((w) => String(w).toLowerCase().includes(q)))
+        .sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
+      const shown = hits.slice(0, MAX_ROWS);
+      const usages = await Promise.all(shown.map((r) => call('GET', `${o.path}/${encodeURIComponent(r.id)}/usage`).catch((e) => e)));
+      const seen = new Set();
+      const trs = shown.map((r, i) => {
+        seen.add(r.id);
+        let row = rows.get(r.id);
+        if (!row || row.version !== r.version) {
+          const tr = el('tr', { 'data-id': r.id, 'data-name': r.name });
+          row = { tr, version: r.version };
+          rows.set(r.id, row);
+        }
+        // Every cell is built again but the actions', whose buttons stay
+        // the same elements while the record's version does.
+        const actions = row.tr.querySelector('td.actions') || el('td', { class: 'actions' }, ...o.actions(r));
+        row.tr.replaceChildren(...o.cells(r, ctx), budgetsCell(usages[i]), spendCell(usages[i]), actions);
+        return row.tr;
+      });
+      for (const k of rows.keys()) if (!seen.has(k)) rows.delete(k);
+      const table = $(id('table'));
+      setRows(table, trs);
+      table.hidden = !trs.length;
+      const noun = o.name === 'keys' ? 'key' : 'team';
+      let summary = `${hits.length} of ${all.length} ${noun}${all.length === 1 ? '' : 's'}`;
+      if (hits.length > shown.length) summary += `; the first ${MAX_ROWS} shown: narrow the search`;
+      $(id('summary')).textContent = `${summary} · updated at ${new Date().toLocaleTimeString()}`;
+    }
+    // refresh loads the records again; called while a load runs, it runs
+    // one more after it, and its promise settles once that one is shown.
+    function refresh() {
+      if (running) { again = true; return running; }
+      running = (async () => {
+        try { do { again = false; await load(); } while (again); } finally { running = null; }
+      })();
+      return running;
+    }
+    function stop() { clearInterval(timer); timer = 0; }
+    // poll shows the records again every two seconds, until an error (such
+    // as a wrong token) or leaving the page.
+    function poll() {
+      stop();
+      timer = setInterval(() => refresh().catch((e) => { stop(); say(id('status'), e.message, true); }), 2000);
+    }
+    const start = () => guard(id('status'), async () => {
+      stop();
+      try { await refresh(); } catch (e) { $(id('table')).hidden = true; throw e; }
+      poll();
+      return '';
+    });
+    // act runs a change, then shows the records as they are after it.
+    const act = (fn) => guard(id('status'), async () => {
+      const msg = await fn();
+      if (msg === null) return '';
+      await refresh();
+      if (!timer) poll();
+      return msg;
+    });
+    $(id('auth')).addEventListener('submit', (ev) => { ev.preventDefault(); start(); });
+    $(id('search')).addEventListener('input', () => { if (timer) refresh().catch((e) => say(id('status'), e.message, true)); });
+    $(id('create')).addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      act(async () => {
+        const msg = await o.create(call);
+        $(id('create')).reset();
+        return msg;
+      });
+    });
+    return {
+      call, act, refresh,
+      show: () => guard(id('status'), async () => {
+        const d = await loadLimits();
+        // The plane's admin endpoints answer this browser under the same
+        // conditions as the inspector's: say so before a token is typed.
+        const off = d.plane_off || '';
+        $(id('off')).hidden = !off;
+        $(id('off')).textContent = off ? `This page is off here: ${off}.` : '';
+        for (const c of $$(`#page-${o.name} form input, #page-${o.name} form select, #page-${o.name} form textarea, #page-${o.name} form button`)) c.disabled = !!off;
+        if (!off && $(id('token')).value) start();
+        return '';
+      }),
+      hide() { stop(); if (o.hide) o.hide(); },
+    };
+  }
+
+  const teamsPage = (() => {
+    const p = planePage({
+      name: 'teams', path: '/v1/admin/teams',
+      words: (t) => [t.name, t.plan || '', ...Object.entries(t.labels || {}).flatMap(([k, v]) => [k, v, `${k}=${v}`])],
+      // How many keys each team has.
+      context: async (listAll) => {
+        const n = new Map();
+        for (const k of await listAll('/v1/admin/keys', 'keys')) if (k.team) n.set(k.team, (n.get(k.team) || 0) + 1);
+        return n;
+      },
+      cells: (t, keys) => [
+        el('th', { scope: 'row' }, t.name, t.disabled ? ' ' : '', t.disabled ? el('span', { class: 'badge warn', text: 'disabled' }) : ''),
+        el('td', { text: t.plan || 'the default' }), labelsCell(t), el('td', { class: 'num', text: num(keys.get(t.id) || 0) })],
+      actions: (t) => [button('Delete', `Delete team ${t.name}`, 'secondary danger', () => p.act(async () => {
+        if (!(await confirmAction(`Delete team ${t.name}? A team that keys still name cannot be deleted.`, 'Delete'))) return null;
+        await p.call('DELETE', `/v1/admin/teams/${encodeURIComponent(t.id)}`, undefined, { 'If-Match': `"${t.version}"` });
+        return `Deleted team ${t.name}.`;
+      }))],
+      create: async (call) => {
+        const t = await call('POST', '/v1/admin/teams', specOf('teams'));
+        return `Created team ${t.name}.`;
+      },
+    });
+    return p;
+  })();
+
+  const keysPage = (() => {
+    // showSecret shows a secret once, with a Copy button; Done (or leaving
+    // the page) removes it from the page, and nothing else keeps it.
+    function showSecret(what, secret) {
+      $('#keys-secret-what').textContent = what;
+      $('#keys-secret-value').value = secret;
+      $('#keys-secret').hidden = false;
+      $('#keys-copy').focus();
+    }
+    function hideSecret() {
+      $('#keys-secret-value').value = '';
+      $('#keys-secret').hidden = true;
+    }
+    $('#keys-secret-done').addEventListener('click', () => { hideSecret(); say('#keys-status', ''); });
+    $('#keys-copy').addEventListener('click', () => guard('#keys-status', async () => {
+      const input = $('#keys-secret-value');
+      try {
+        await navigator.clipboard.writeText(input.value);
+      } catch (e) { // no clipboard API here (not a secure context)
+        input.select();
+        if (!document.execCommand('copy')) throw new Error('Could not copy: select the secret and copy it yourself.');
+      }
+      return 'Copied the secret.';
+    }));
+    const grace = () => el('div', { class: 'field' }, el('label', { for: 'confirm-grace', text: 'The old secret stays valid' }),
+      el('select', { id: 'confirm-grace' }, el('option', { value: '', text: 'no longer: refuse it now' }),
+        el('option', { value: '1h', text: 'for one hour' }), el('option', { value: '24h', text: 'for a day' })));
+    const p = planePage({
+      name: 'keys', path: '/v1/admin/keys', hide: hideSecret,
+      words: (k) => [k.name, k.id, k.team || '', ...Object.entries(k.labels || {}).flatMap(([n, v]) => [n, v, `${n}=${v}`])],
+      // The teams, for the create form's choice.
+      context: async (listAll) => {
+        const teams = await listAll('/v1/admin/teams', 'teams');
+        const sel = $('#keys-team'), keep = sel.value, names = teams.map((t) => t.id);
+        if (Array.from(sel.options).slice(1).map((x) => x.value).join('\n') !== names.join('\n')) {
+          sel.replaceChildren(el('option', { value: '', text: 'no team' }), ...names.map((n) => el('option', { value: n, text: n })));
+          sel.value = names.includes(keep) ? keep : '';
+        }
+        return null;
+      },
+      cells: (k) => {
+        const badges = [];
+        if (k.disabled) badges.push(el('span', { class: 'badge warn', text: 'disabled' }));
+        if (k.expires_at) badges.push(el('span', { class: 'small', text: `expires ${new Date(k.expires_at).toLocaleString()}` }));
+        if (k.previous_valid_until && new Date(k.previous_valid_until) > Date.now()) {
+          badges.push(el('span', { class: 'small', text: `old secret valid until ${new Date(k.previous_valid_until).toLocaleString()}` }));
+        }
+        return [el('th', { scope: 'row' }, el('span', { class: 'key-name', text: k.name }), el('code', { class: 'key-id', text: k.id }), ...badges),
+          el('td', { text: k.team || 'none' }), labelsCell(k)];
+      },
+      actions: (k) => [
+        button('Rotate', `Rotate key ${k.name}`, 'secondary', () => p.act(async () => {
+          if (!(await confirmAction(`Give key ${k.name} a new secret?`, 'Rotate', grace()))) return null;
+          const r = await p.call('POST', `/v1/admin/keys/${encodeURIComponent(k.id)}/rotate`, { grace: $('#confirm-grace').value || undefined }, { 'If-Match': `"${k.version}"` });
+          showSecret(`New secret of key ${r.name} (${r.id}).`, r.secret);
+          return `Rotated key ${r.name}.`;
+        })),
+        button('Revoke', `Revoke key ${k.name}`, 'secondary danger', () => p.act(async () => {
+          if (!(await confirmAction(`Revoke key ${k.name}? Calls with its secret are refused from now on; this cannot be undone.`, 'Revoke'))) return null;
+          await p.call('DELETE', `/v1/admin/keys/${encodeURIComponent(k.id)}`, undefined, { 'If-Match': `"${k.version}"` });
+          return `Revoked key ${k.name} (${k.id}).`;
+        })),
+      ],
+      create: async (call) => {
+        const k = await call('POST', '/v1/admin/keys', specOf('keys', { team: $('#keys-team').value || undefined }));
+        showSecret(`Secret of the new key ${k.name} (${k.id}).`, k.secret);
+        return `Created key ${k.name}.`;
+      },
+    });
+    return p;
+  })();
+
   // ---- Simulators: one sandbox session for the page ------------------------
   const sim = { session: '' };
 
@@ -515,7 +825,7 @@
   })();
 
   // ---- Pages -----------------------------------------------------------------------
-  const pages = { overview, limits: limitsPage, inspector, window: windowSim, bucket: bucketSim, race, compare };
+  const pages = { overview, limits: limitsPage, inspector, teams: teamsPage, keys: keysPage, window: windowSim, bucket: bucketSim, race, compare };
   let current = null;
   function route() {
     let name = location.hash.slice(1);
