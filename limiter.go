@@ -178,7 +178,9 @@ func WithReservationTTL(ttl time.Duration) Option {
 // settles to the actual cost given to Settle.
 //
 // The Reservation is never nil when err is nil; OK reports whether it holds
-// a charge. Settling one that does not is harmless and does nothing.
+// a charge. Settling one that does not is harmless and does nothing. A store
+// that is not a Reserver keeps no reservations: Reserve and Settle over it
+// fail with an error matching ErrUnsupported.
 func (l *Limiter) Reserve(ctx context.Context, items ...Item) (*Reservation, error) {
 	return l.ReserveWith(ctx, ReserveRequest{ID: NewID(), Items: items})
 }
@@ -194,7 +196,12 @@ func (l *Limiter) ReserveWith(ctx context.Context, req ReserveRequest) (*Reserva
 	}
 	req.Items = append([]Item(nil), req.Items...)
 	r := &Reservation{limiter: l, req: req, results: make([]Result, len(req.Items))}
-	out, err := l.store.Reserve(ctx, l.now(), req, r.results)
+	rs, err := l.reserver()
+	if err != nil {
+		r.results = nil
+		return r, fmt.Errorf("tokenlimit: reserve: %w", err)
+	}
+	out, err := rs.Reserve(ctx, l.now(), req, r.results)
 	if err != nil {
 		r.results = nil
 		return r, fmt.Errorf("tokenlimit: reserve: %w", err)
@@ -226,11 +233,24 @@ func (l *Limiter) Cancel(ctx context.Context, id string) (SettleStatus, error) {
 }
 
 func (l *Limiter) settle(ctx context.Context, req SettleRequest) (SettleStatus, error) {
-	st, err := l.store.Settle(ctx, l.now(), req)
+	rs, err := l.reserver()
+	if err != nil {
+		return 0, fmt.Errorf("tokenlimit: settle: %w", err)
+	}
+	st, err := rs.Settle(ctx, l.now(), req)
 	if err != nil {
 		return 0, fmt.Errorf("tokenlimit: settle: %w", err)
 	}
 	return st, nil
+}
+
+// reserver returns the limiter's store as a Reserver, or an error matching
+// ErrUnsupported if it keeps no reservations.
+func (l *Limiter) reserver() (Reserver, error) {
+	if rs, ok := l.store.(Reserver); ok {
+		return rs, nil
+	}
+	return nil, fmt.Errorf("store %q keeps no reservations (it is not a tokenlimit.Reserver): %w", Describe(l.store).Name, ErrUnsupported)
 }
 
 // Reservation is a request checked with Reserve, whose real cost is known

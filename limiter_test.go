@@ -325,3 +325,48 @@ func TestConcurrentSettleAppliesOnce(t *testing.T) {
 		t.Errorf("remaining %d, want 970 (100 reserved, settled once at 30)", got)
 	}
 }
+
+// checkOnly is a third party's store that keeps no reservations: only the
+// methods of tokenlimit.Store are promoted from the memstore it wraps.
+type checkOnly struct{ tokenlimit.Store }
+
+// TestReserveOnAStoreWithoutReserverIsUnsupported: a store need not keep
+// reservations; reserving or settling on one answers an error matching
+// tokenlimit.ErrUnsupported (and errors.ErrUnsupported), charges nothing,
+// and its checks work as before.
+func TestReserveOnAStoreWithoutReserverIsUnsupported(t *testing.T) {
+	t.Parallel()
+	ms, err := memstore.New(memstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tokenlimit.Store(checkOnly{ms}).(tokenlimit.Reserver); ok {
+		t.Fatal("checkOnly is a Reserver: the test would prove nothing")
+	}
+	clock := testkit.NewClock(t0)
+	lim, err := tokenlimit.NewLimiter(checkOnly{ms}, tokenlimit.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := tokenlimit.FixedWindowLimit(5, time.Minute)
+	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 2})
+	if !errors.Is(err, tokenlimit.ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reserve: %v, want an error matching ErrUnsupported", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not a tokenlimit.Reserver") {
+		t.Errorf("Reserve: %v, want it to say the store is not a Reserver", err)
+	}
+	if res == nil || res.OK() || res.Status() != 0 {
+		t.Errorf("Reserve: %+v, want a non-nil reservation that holds nothing", res)
+	}
+	if _, err := lim.Settle(ctx, "some-id", 1); !errors.Is(err, tokenlimit.ErrUnsupported) {
+		t.Errorf("Settle: %v, want an error matching ErrUnsupported", err)
+	}
+	if got := remaining(t, lim, "k", l); got != 5 {
+		t.Errorf("%d left after an unsupported reserve, want 5: nothing charged", got)
+	}
+	if r, err := lim.AllowN(ctx, "k", l, 2); err != nil || !r.Allowed || r.Remaining != 3 {
+		t.Errorf("AllowN = %+v, %v; want allowed with 3 left", r, err)
+	}
+}

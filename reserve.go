@@ -210,10 +210,12 @@ func (s SettleStatus) String() string {
 	return "SettleStatus(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Reserver is the part of a Store that keeps reservations: records written
-// in the same atomic step as the charge they describe, so that any client
-// of the store can settle any reservation exactly once, and a retried or
-// late call never charges twice.
+// Reserver is implemented by a Store that keeps reservations: records
+// written in the same atomic step as the charge they describe, so that any
+// client of the store can settle any reservation exactly once, and a
+// retried or late call never charges twice. It is optional: a store without
+// it decides and adjusts, and a Limiter's Reserve and Settle over it answer
+// an error matching ErrUnsupported.
 type Reserver interface {
 	// Reserve checks req.Items at now as Check does and, if admitted,
 	// charges them and records the reservation under req.ID, atomically. It

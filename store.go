@@ -15,6 +15,9 @@ var (
 	// ErrStoreFull means an in-memory store reached its bound on live keys
 	// and refused to create another; existing keys are never evicted.
 	ErrStoreFull = errors.New("store is full")
+	// ErrUnsupported is errors.ErrUnsupported: the store cannot do what was
+	// asked, such as a reservation on a store that is not a Reserver.
+	ErrUnsupported = errors.ErrUnsupported
 )
 
 // Bounds on one store call.
@@ -93,6 +96,12 @@ type Result struct {
 // multiple processes). A call reads and writes the slices (and pointers) it
 // is given only until it returns, even when it returns early because its
 // context ended: callers reuse them at once (Limiter pools its items).
+//
+// A store may do more by implementing further interfaces: Reserver
+// (reservations; without it a Limiter's Reserve and Settle answer
+// ErrUnsupported), Describer and LogReader. Both stores of this module
+// implement all three; package storekit holds the checks and arithmetic a
+// store's author needs.
 type Store interface {
 	// Check decides items at time now, all or nothing: if every item is
 	// allowed, every item's cost is charged; otherwise nothing is charged.
@@ -109,8 +118,6 @@ type Store interface {
 	// Reset forgets key's budget under algorithm alg: it is whole again.
 	// Resetting a budget that holds nothing is not an error.
 	Reset(ctx context.Context, key string, alg Algorithm) error
-	// Reserver keeps reservations in the store.
-	Reserver
 }
 
 // StoreInfo is what a store says about itself.

@@ -26,6 +26,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // tracing exports OpenTelemetry traces over OTLP. It is on only when the
@@ -386,14 +387,14 @@ func (s tracedStore) Reset(ctx context.Context, key string, alg tokenlimit.Algor
 
 func (s tracedStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
 	ctx, span := s.start(ctx, "reserve", len(req.Items))
-	out, err := s.Store.Reserve(ctx, now, req, results)
+	out, err := storekit.Reserve(ctx, s.Store, now, req, results)
 	endStore(span, err)
 	return out, err
 }
 
 func (s tracedStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	ctx, span := s.start(ctx, "settle", 0)
-	st, err := s.Store.Settle(ctx, now, req)
+	st, err := storekit.Settle(ctx, s.Store, now, req)
 	endStore(span, err)
 	return st, err
 }

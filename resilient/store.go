@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // ErrUnavailable marks a store call that failed (an error, its deadline
@@ -127,8 +128,8 @@ func withDefaults(o Options) Options {
 // Call runs run against the store: for a remote store through the breaker
 // (failing fast while it is open) and within the timeout; a caller whose
 // context has ended makes no call. It returns nil; an error matching
-// tokenlimit.ErrInvalid or tokenlimit.ErrStoreFull, which the store
-// answered (a healthy store); the caller's context error when the caller
+// tokenlimit.ErrInvalid, tokenlimit.ErrUnsupported or
+// tokenlimit.ErrStoreFull, which the store answered (a healthy store); the caller's context error when the caller
 // gave up (the breaker counts nothing); or a *FailedError, matching
 // ErrUnavailable.
 func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) error {
@@ -165,9 +166,11 @@ func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) e
 }
 
 // answered reports whether err is an answer of a healthy store: none, a
-// refused request or a full store.
+// refused request, an unsupported one (a reservation on a store that keeps
+// none) or a full store.
 func answered(err error) bool {
-	return err == nil || errors.Is(err, tokenlimit.ErrInvalid) || errors.Is(err, tokenlimit.ErrStoreFull)
+	return err == nil || errors.Is(err, tokenlimit.ErrInvalid) || errors.Is(err, tokenlimit.ErrUnsupported) ||
+		errors.Is(err, tokenlimit.ErrStoreFull)
 }
 
 // callerError is err of a local store's call, or the caller's context
@@ -218,7 +221,7 @@ func (s *Store) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm)
 // Reserve is the store's Reserve through Call.
 func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (out tokenlimit.ReserveOutcome, err error) {
 	err = s.Call(ctx, func(ctx context.Context) error {
-		out, err = s.store.Reserve(ctx, now, req, results)
+		out, err = storekit.Reserve(ctx, s.store, now, req, results)
 		return err
 	})
 	return out, err
@@ -227,7 +230,7 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.Reser
 // Settle is the store's Settle through Call.
 func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (st tokenlimit.SettleStatus, err error) {
 	err = s.Call(ctx, func(ctx context.Context) error {
-		st, err = s.store.Settle(ctx, now, req)
+		st, err = storekit.Settle(ctx, s.store, now, req)
 		return err
 	})
 	return st, err

@@ -2,7 +2,10 @@
 // must pass: the behaviour of every algorithm, as tables of steps at fixed
 // times, plus all-or-nothing checks, reservations, bad input and
 // concurrency. The in-memory and the Redis store both run it, so a behaviour
-// that differs between them fails here.
+// that differs between them fails here. On a store that is not a
+// tokenlimit.Reserver, each reservation case checks that its first
+// reservation step answers an error matching tokenlimit.ErrUnsupported and
+// ends there.
 //
 // Usage, in a store's tests:
 //
@@ -15,6 +18,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -111,6 +115,9 @@ type runner struct {
 	// reservedAt is when each reservation id was first charged: a replay
 	// answers with that time.
 	reservedAt map[string]time.Time
+	// stopped is set at a case's first reservation step on a store that
+	// keeps none: the steps after it assume the reservation.
+	stopped bool
 }
 
 func runCase(t *testing.T, env Env, c Case) {
@@ -120,6 +127,9 @@ func runCase(t *testing.T, env Env, c Case) {
 	r := &runner{t: t, env: env, c: c, store: env.Replica(), reservedAt: map[string]time.Time{}}
 	r.limiter = r.newLimiter(r.store)
 	for i, s := range c.Steps {
+		if r.stopped {
+			return
+		}
 		r.now = Base.Add(s.At)
 		r.step(i, s)
 		if env.CheckKeys != nil {
@@ -158,11 +168,15 @@ func (r *runner) step(i int, s Step) {
 		}
 		return
 	}
+	items := r.items(s.Probes)
+	if _, ok := r.store.(tokenlimit.Reserver); !ok && (s.Settle != "" || s.Reserve != "") {
+		r.unsupported(where, s, items)
+		return
+	}
 	if s.Settle != "" {
 		r.settle(where, s)
 		return
 	}
-	items := r.items(s.Probes)
 	if s.Reserve != "" {
 		r.reserve(where, s, items)
 		return
@@ -204,6 +218,28 @@ func (r *runner) reserve(where string, s Step, items []tokenlimit.Item) {
 		return // nothing decided: the time is the record's
 	}
 	r.compare(where, items, s.Probes, res.Decision(), wantAt)
+}
+
+// unsupported checks that a store that is not a tokenlimit.Reserver answers
+// a reservation step with an error matching tokenlimit.ErrUnsupported, and
+// stops the case.
+func (r *runner) unsupported(where string, s Step, items []tokenlimit.Item) {
+	t := r.t
+	t.Helper()
+	r.stopped = true
+	var err error
+	if s.Reserve != "" {
+		var res *tokenlimit.Reservation
+		res, err = r.on(s).Reserve(context.Background(), items...)
+		if res == nil || res.OK() {
+			t.Errorf("%s: reserve on a store that is not a Reserver: %+v, want a reservation that is not OK", where, res)
+		}
+	} else {
+		_, err = r.on(s).Settle(context.Background(), s.Settle, s.Actual)
+	}
+	if !errors.Is(err, tokenlimit.ErrUnsupported) {
+		t.Errorf("%s: reservation step on a store that is not a Reserver: %v, want an error matching ErrUnsupported", where, err)
+	}
 }
 
 func (r *runner) settle(where string, s Step) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // ErrStoreDown is the error of a FaultStore that is Down, as an
@@ -101,7 +102,7 @@ func (f *FaultStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.
 	if err := f.fail(ctx); err != nil {
 		return tokenlimit.ReserveOutcome{}, err
 	}
-	return f.Store.Reserve(ctx, now, req, results)
+	return storekit.Reserve(ctx, f.Store, now, req, results)
 }
 
 // Settle passes the call on unless the store is failing.
@@ -109,5 +110,5 @@ func (f *FaultStore) Settle(ctx context.Context, now time.Time, req tokenlimit.S
 	if err := f.fail(ctx); err != nil {
 		return 0, err
 	}
-	return f.Store.Settle(ctx, now, req)
+	return storekit.Settle(ctx, f.Store, now, req)
 }
