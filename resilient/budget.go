@@ -21,7 +21,7 @@ import "time"
 // the recovery period after the store answered again, or once the local
 // budget would be whole again (what it admitted has refilled), whichever
 // comes first. What was admitted locally is written back to the store in
-// the call that follows, whatever the state (the service's failOpen).
+// the call that follows, whatever the state (Failover.writeBack).
 
 // State is a fail-open budget's state.
 type State uint8

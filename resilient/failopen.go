@@ -60,7 +60,8 @@ type Policy struct {
 	Share float64
 	// Limit names the item's limit, for the write-back metrics.
 	Limit string
-	// Shadow items are only reported: their answers are not remembered.
+	// Shadow items are only reported: their answers are not remembered,
+	// and while the store fails they are not decided (as fail-closed ones).
 	Shadow bool
 	// Lease items are concurrency slots, released by the store by their
 	// lease alone: what they admit locally is not written back and they do

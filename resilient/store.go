@@ -2,10 +2,12 @@
 // Store wraps a store and gives every call a deadline (shared between the
 // calls of one tick, deadline.go) and a circuit breaker, and tells its
 // caller whether the store failed (ErrUnavailable) apart from a request the
-// store refused, a full store or a caller that gave up. The callers above
-// it (the service, the envoyproxy/ratelimit drop-in) apply their failure
-// modes to ErrUnavailable alone; budget.go names the states a budget goes
-// through while they do.
+// store refused, a full store or a caller that gave up; the
+// envoyproxy/ratelimit drop-in applies its failure modes to ErrUnavailable.
+// Failover (failover.go) is the service's whole fault layer on top of it:
+// failure modes per item, local budgets while the store fails, the
+// write-back, the recovery hold and the reconciling of local reservations;
+// budget.go names the states a budget goes through.
 //
 // It sits below service and envoycompat and above the stores: it imports
 // no transport and no configuration.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // LimitInfo describes one effective limit, for listings. The transports
@@ -87,14 +88,17 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil
 	}
-	td, failed, err := s.checkStore(ctx, checks)
-	if err != nil {
-		return Decision{}, err
-	}
-	if failed {
+	b := newStoreCall(checks, true)
+	a, err := s.fault.Check(ctx, b.items, b.policies, b.results)
+	switch {
+	case err != nil:
+		return Decision{}, s.storeError(err)
+	case a.Full: // no room to look at a budget it does not hold
+		return Decision{}, fmt.Errorf("service: inspect: %w", tokenlimit.ErrStoreFull)
+	case a.Source != resilient.FromStore:
 		return Decision{}, fmt.Errorf("service: inspect: the store is failing")
 	}
-	d := Decision{Allowed: true, At: td.At, Limits: outcomes(checks, td.Results, false)}
+	d := Decision{Allowed: true, At: a.At, Limits: outcomes(checks, b.results, false)}
 	if err := s.attachEntries(ctx, d, checks); err != nil {
 		return Decision{}, err
 	}

@@ -131,9 +131,8 @@ func (s *Service) boundKey(rules *ruleset, l *config.Limit, key, suffix string, 
 // the service's store, "local" for the fail-open budget) refused because it
 // holds as many keys as it may: denied, whatever the limits' failure modes,
 // and nothing charged; budgets already stored are untouched.
-func (s *Service) keySpaceFull(checks []check, which string, err error) Decision {
+func (s *Service) keySpaceFull(checks []check, which string) Decision {
 	s.metrics.keySpaceFull.WithLabelValues(which).Inc()
-	s.log.Debug("key space full: request refused", "store", which, "error", err)
 	d := Decision{At: s.opts.Clock(), KeySpaceFull: true}
 	for _, c := range checks {
 		d.Limits = append(d.Limits, c.outcome(tokenlimit.Result{Limit: c.item.Limit.Capacity()}))

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenlimit/tokenlimit/resilient"
+
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/service/stats"
 )
@@ -167,14 +169,39 @@ func watchKeys(reg prometheus.Registerer, stores map[string]keyCounter) error {
 // watchPending exports the fail-open reservations (and settlements of
 // them) waiting for the store as
 // tokenlimit_reconcile_pending, read when scraped.
-func watchPending(reg prometheus.Registerer, r *reconciler) error {
+func watchPending(reg prometheus.Registerer, f *resilient.Failover) error {
 	if reg == nil {
 		return nil
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokenlimit_reconcile_pending",
 		Help: "Local fail-open reservations whose reservation or settlement waits for the store to answer again.",
-	}, func() float64 { return float64(r.len()) }))
+	}, func() float64 { return float64(f.PendingReservations()) }))
+}
+
+// localKeys counts the keys of the fault layer's local budgets.
+type localKeys struct{ f *resilient.Failover }
+
+func (l localKeys) Len() int {
+	n, _ := l.f.LocalKeys()
+	return n
+}
+
+func (l localKeys) MaxKeys() int {
+	_, n := l.f.LocalKeys()
+	return n
+}
+
+// faultObserver counts the fault layer's store failures, lost outcomes
+// and write-backs.
+func (m *metrics) faultObserver() resilient.Observer {
+	return resilient.Observer{
+		StoreFailed:    func(string) { m.storeErrors.Inc() },
+		OutcomeUnknown: m.outcomeUnknown.Inc,
+		Writeback: func(limit, result string, cost int64) {
+			m.writeback.WithLabelValues(limit, result).Add(float64(cost))
+		},
+	}
 }
 
 // observe counts a decision per limit, in the metrics and in the

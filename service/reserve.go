@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // Reservation errors; test with errors.Is.
@@ -24,10 +25,10 @@ var (
 	// answered without it (a settle of a reservation this process did not
 	// take on its local fail-open budget). Nothing changed; retrying is
 	// safe, since settling applies once.
-	ErrStoreUnavailable = errors.New("the rate-limit store is unavailable")
+	ErrStoreUnavailable = resilient.ErrUnavailable
 	// ErrTooManyReservations: Options.MaxReservations settlements already
 	// wait for the store to answer again; this one was not taken. Retry.
-	ErrTooManyReservations = errors.New("too many settlements wait for the store")
+	ErrTooManyReservations = resilient.ErrTooManyReservations
 )
 
 // ReserveOptions configures ReserveWith.
@@ -89,66 +90,40 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 	return d, nil
 }
 
-// reserveRequest is the store's request for reserving checks under id.
-func (s *Service) reserveRequest(id string, checks []check) tokenlimit.ReserveRequest {
-	rules := make([]tokenlimit.SettleRule, len(checks))
-	for i, c := range checks {
+// reserveRequest is the store's request for reserving the call b under
+// id.
+func (s *Service) reserveRequest(id string, b storeCall) tokenlimit.ReserveRequest {
+	rules := make([]tokenlimit.SettleRule, len(b.checks))
+	for i, c := range b.checks {
 		rules[i] = settleRule(c.limit)
 	}
-	return tokenlimit.ReserveRequest{ID: id, Items: items(checks), Rules: rules, TTL: s.opts.ReservationTTL}
+	return tokenlimit.ReserveRequest{ID: id, Items: b.items, Rules: rules, TTL: s.opts.ReservationTTL}
 }
 
-// reserveChecks reserves checks under id on the store or, while it fails,
-// on the local fail-open budget. Fail-open budgets recovering from an outage
-// are charged their estimates on their local budgets first (recovery.go);
-// a settle goes to the store alone, so these local charges stay at the
-// estimate, which only makes the recovery stricter.
+// reserveChecks reserves checks under id through the fault layer: on the
+// store or, while it fails, on the local fail-open budgets
+// (resilient.Failover.Reserve).
 func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
 	}
-	h, hd, ok := s.holdLocal(ctx, checks)
-	if !ok {
-		return hd, nil
+	b := newStoreCall(checks, false)
+	res, a, err := s.fault.Reserve(ctx, s.reserveRequest(id, b), b.policies, b.results)
+	if err != nil {
+		return Decision{}, s.storeError(err)
 	}
-	req := s.reserveRequest(id, checks)
-	var res *tokenlimit.Reservation
-	failed, err := s.call(ctx, opReserve, func(ctx context.Context) error {
-		if err := s.writeBack(ctx, checks); err != nil {
-			return err
-		}
-		var err error
-		res, err = s.limiter.ReserveWith(ctx, req)
-		return err
-	})
-	if err != nil || failed || res.Status() != tokenlimit.Reserved { // a replay charges nothing more
-		s.release(h)
+	d := s.decision(a, b)
+	if res == nil { // refused before or without a reservation
+		return d, nil
 	}
-	switch {
-	case errors.Is(err, tokenlimit.ErrStoreFull):
-		return s.keySpaceFull(checks, "store", err), nil
-	case err != nil:
-		return Decision{}, err
-	case failed:
-		return s.failoverReserve(checks, req), nil
-	}
-	if res.Status().Admitted() || res.Status() == tokenlimit.Denied {
-		s.remember(checks, res.Decision().Results, res.Decision().At)
-	}
-	return reservationDecision(checks, res, false)
-}
-
-// reservationDecision turns a reservation into the service's answer.
-func reservationDecision(checks []check, res *tokenlimit.Reservation, failOpen bool) (Decision, error) {
 	switch res.Status() {
 	case tokenlimit.Conflict:
-		return Decision{}, fmt.Errorf("reservation %q: %w", res.ID(), ErrReservationConflict)
+		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationConflict)
 	case tokenlimit.Closed:
-		return Decision{}, fmt.Errorf("reservation %q: %w", res.ID(), ErrReservationClosed)
+		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationClosed)
 	}
-	td := res.Decision()
-	return Decision{Allowed: td.Allowed, At: td.At, Limits: outcomes(checks, td.Results, failOpen),
-		Reserved: res.OK(), Replayed: res.Status() == tokenlimit.Replayed}, nil
+	d.Reserved, d.Replayed = res.OK(), res.Status() == tokenlimit.Replayed
+	return d, nil
 }
 
 // Settle tells what reservation id really cost: actual is the request's own
@@ -185,65 +160,14 @@ func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, s
 	case actual < 0 || actual > tokenlimit.MaxCost:
 		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	req := tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend}
-	if r, ok := s.pending.reserveOf(id); ok && !s.reconcileReserve(ctx, r) {
-		// Taken locally and still unknown to the store, which fails: a
-		// settle there now would leave a tombstone the reservation could
-		// not be recorded over.
-		return s.settleLocalLater(req)
-	}
-	st, failed, err := s.settleRemote(ctx, req)
-	switch {
-	case err != nil:
-		return 0, err
-	case failed:
-		return s.settleLocalLater(req)
+	st, err := s.fault.Settle(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend})
+	if err != nil {
+		return 0, s.storeError(err)
 	}
 	if st == tokenlimit.Settled {
 		// A refund may have reopened budgets whose denials this process
 		// caches; which ones the record knows, not this process.
 		s.overLimit.forgetRefundable()
 	}
-	if !s.localStore.Holds(id, s.opts.Clock()) {
-		return st, nil
-	}
-	if st == tokenlimit.UnknownReservation {
-		// Taken on the local budget while the store failed, and the store
-		// never got it (it now holds a tombstone, so a late copy charges
-		// nothing): settle it here.
-		return s.local.SettleWith(context.Background(), req)
-	}
-	// The reserve reached the store after all (its reply was late) and is
-	// settled there: the local copy counted it twice.
-	if _, err := s.local.Cancel(context.Background(), id); err != nil {
-		s.log.Error("cancelling a local fail-open reservation failed", "error", err)
-	}
 	return st, nil
-}
-
-// settleRemote settles on the store through the breaker and timeout.
-func (s *Service) settleRemote(ctx context.Context, req tokenlimit.SettleRequest) (st tokenlimit.SettleStatus, failed bool, err error) {
-	failed, err = s.call(ctx, opSettle, func(ctx context.Context) error {
-		var err error
-		st, err = s.limiter.SettleWith(ctx, req)
-		return err
-	})
-	return st, failed, err
-}
-
-// settleLocalLater answers a settle while the store fails: a reservation
-// held on the local budget is settled there, and the settlement is queued
-// for the store (see reconciler); any other fails with ErrStoreUnavailable.
-func (s *Service) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-	if !s.localStore.Holds(req.ID, s.opts.Clock()) {
-		st, err := s.local.SettleWith(context.Background(), req)
-		if err == nil && st == tokenlimit.AlreadySettled {
-			return st, nil // settled here before; its settlement is queued
-		}
-		return 0, fmt.Errorf("settle %q: %w", req.ID, ErrStoreUnavailable)
-	}
-	if err := s.pending.addSettle(req, s.opts.Clock().Add(s.opts.ReservationTTL)); err != nil {
-		return 0, err
-	}
-	return s.local.SettleWith(context.Background(), req)
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
-	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/resilient"
 	"github.com/tokenlimit/tokenlimit/service/stats"
@@ -86,19 +85,14 @@ type Options struct {
 
 // Service answers rate-limit questions. It is safe for concurrent use.
 type Service struct {
-	opts       Options
-	store      tokenlimit.StoreInfo
-	limiter    *tokenlimit.Limiter
-	local      *tokenlimit.Limiter // fail-open budgets while the store fails
-	localStore *memstore.Store     // local's store, asked whether it holds a reservation, seeded from the store's answers
-	failOpen   *resilient.FailOpen
-	guard      *resilient.Store // opts.Store's calls with their timeout and breaker
-	metrics    *metrics
-	log        *slog.Logger
-	rules      atomic.Pointer[ruleset]
+	opts    Options
+	store   tokenlimit.StoreInfo
+	fault   *resilient.Failover // opts.Store with its timeout, breaker and failure modes
+	metrics *metrics
+	log     *slog.Logger
+	rules   atomic.Pointer[ruleset]
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
-	pending   *reconciler
 }
 
 // New returns a service enforcing cfg.
@@ -111,40 +105,30 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	}
 	opts = withDefaults(opts)
 	s := &Service{opts: opts, store: tokenlimit.Describe(opts.Store), log: opts.Logger, overLimit: newOverLimit()}
-	local, err := memstore.New(memstore.Options{MaxKeys: opts.LocalMaxKeys})
-	if err != nil {
-		return nil, err
-	}
-	s.localStore = local
-	if s.local, err = tokenlimit.NewLimiter(local, tokenlimit.WithClock(opts.Clock), tokenlimit.WithReservationTTL(opts.ReservationTTL)); err != nil {
-		return nil, err
-	}
-	if s.limiter, err = tokenlimit.NewLimiter(opts.Store, tokenlimit.WithClock(opts.Clock), tokenlimit.WithReservationTTL(opts.ReservationTTL)); err != nil {
-		return nil, fmt.Errorf("service: %w", err)
-	}
+	var err error
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.failOpen = resilient.NewFailOpen(opts.FailOpenKeys, opts.FailOpenRecovery, func(limit, result string, cost int64) {
-		s.metrics.writeback.WithLabelValues(limit, result).Add(float64(cost))
+	s.fault, err = resilient.NewFailover(opts.Store, resilient.FailoverOptions{
+		Options: resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,
+			BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker},
+		ReservationTTL: opts.ReservationTTL, LocalMaxKeys: opts.LocalMaxKeys, MaxReservations: opts.MaxReservations,
+		FailOpenKeys: opts.FailOpenKeys, Recovery: opts.FailOpenRecovery, Logger: opts.Logger, Observer: s.metrics.faultObserver(),
 	})
-	s.guard, err = resilient.New(opts.Store, resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,
-		BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	if err := watchBreaker(opts.Registerer, s.guard.Breaker()); err != nil {
+	if err := watchBreaker(opts.Registerer, s.fault.Guard().Breaker()); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	stores := map[string]keyCounter{"local": local}
+	stores := map[string]keyCounter{"local": localKeys{s.fault}}
 	if kc, ok := opts.Store.(keyCounter); ok {
 		stores["store"] = kc
 	}
 	if err := watchKeys(opts.Registerer, stores); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.pending = newReconciler(opts.MaxReservations)
-	if err := watchPending(opts.Registerer, s.pending); err != nil {
+	if err := watchPending(opts.Registerer, s.fault); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
 	s.rules.Store(compile(cfg, 1, nil))
@@ -286,12 +270,9 @@ type Health struct {
 func (s *Service) Health() Health {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
-	gh, probed := s.guard.Health(ctx)
-	if probed {
-		s.storeAnswered()
-	}
-	h := Health{Store: s.store.Name, Breaker: gh.Breaker, Degraded: gh.Degraded, Error: gh.Error,
-		LocalKeys: s.localStore.Len(), LocalMaxKeys: s.localStore.MaxKeys()}
+	gh := s.fault.Health(ctx)
+	h := Health{Store: s.store.Name, Breaker: gh.Breaker, Degraded: gh.Degraded, Error: gh.Error}
+	h.LocalKeys, h.LocalMaxKeys = s.fault.LocalKeys()
 	if kc, ok := s.opts.Store.(keyCounter); ok {
 		h.Keys, h.MaxKeys = kc.Len(), kc.MaxKeys()
 	}

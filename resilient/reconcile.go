@@ -1,4 +1,4 @@
-package service
+package resilient
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func (r *reconciler) update(id string, until time.Time, edit func(*pendingEntry)
 	defer r.mu.Unlock()
 	old, ok := r.byID[id]
 	if !ok && len(r.byID) >= r.max {
-		return fmt.Errorf("%w: %d, the limit of Options.MaxReservations", ErrTooManyReservations, r.max)
+		return fmt.Errorf("%w: %d, the limit of FailoverOptions.MaxReservations", ErrTooManyReservations, r.max)
 	}
 	e := &pendingEntry{until: until}
 	if ok {
@@ -123,66 +123,69 @@ func (r *reconciler) snapshot() map[string]*pendingEntry {
 	return out
 }
 
-// done removes id's entry if it is still e.
+// done removes id's entry once what e held was sent: if nothing was
+// added since e was read (the entry is e, or what reserved left of it:
+// e's settlement alone).
 func (r *reconciler) done(id string, e *pendingEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.byID[id] == e {
+	cur := r.byID[id]
+	if cur == e || (cur != nil && cur.reserve == nil && cur.settle == e.settle) {
 		delete(r.byID, id)
 	}
 }
 
 // storeAnswered is called after a store call succeeded: it starts sending
 // what waits, unless that is under way or nothing waits.
-func (s *Service) storeAnswered() {
-	if s.pending.len() == 0 || !s.pending.running.CompareAndSwap(false, true) {
+func (f *Failover) storeAnswered() {
+	if f.pending.len() == 0 || !f.pending.running.CompareAndSwap(false, true) {
 		return
 	}
-	go s.drain()
+	go f.drain()
 }
 
 // drain sends what waits to the store, the reservation before its
 // settlement, one call each, until nothing is left or the store fails again
 // (the next call that succeeds starts it again).
-func (s *Service) drain() {
-	defer s.pending.running.Store(false)
-	for id, e := range s.pending.snapshot() {
-		if s.opts.Clock().After(e.until) {
-			s.pending.done(id, e)
-			s.log.Warn("dropping a fail-open reservation the store never answered in time", "id", id)
+func (f *Failover) drain() {
+	defer f.pending.running.Store(false)
+	for id, e := range f.pending.snapshot() {
+		if f.clock().After(e.until) {
+			f.pending.done(id, e)
+			f.log.Warn("dropping a fail-open reservation the store never answered in time", "id", id)
 			continue
 		}
-		if e.reserve != nil && !s.reconcileReserve(context.Background(), *e.reserve) {
+		if e.reserve != nil && !f.reconcileReserve(context.Background(), *e.reserve) {
 			return
 		}
 		if e.settle != nil {
-			st, failed, err := s.settleRemote(context.Background(), *e.settle)
+			st, failed, err := f.settleRemote(context.Background(), *e.settle)
 			if failed || err != nil {
 				return
 			}
-			s.log.Info("fail-open settlement reconciled with the store", "id", id, "store", st.String())
+			f.log.Info("fail-open settlement reconciled with the store", "id", id, "store", st.String())
 		}
-		s.pending.done(id, e)
+		f.pending.done(id, e)
 	}
 }
 
 // reconcileReserve sends the store's request of a reservation taken
 // locally; it reports false if the store failed (the request stays queued).
-func (s *Service) reconcileReserve(ctx context.Context, req tokenlimit.ReserveRequest) bool {
+func (f *Failover) reconcileReserve(ctx context.Context, req tokenlimit.ReserveRequest) bool {
 	var res *tokenlimit.Reservation
-	failed, err := s.call(ctx, opReserve, func(ctx context.Context) error {
+	failed, err := f.call(ctx, opReserve, func(ctx context.Context) error {
 		var err error
-		res, err = s.limiter.ReserveWith(ctx, req)
+		res, err = f.limiter.ReserveWith(ctx, req)
 		return err
 	})
 	switch {
 	case failed || ctx.Err() != nil:
 		return false
 	case err != nil: // the store answered, and cannot take it (full)
-		s.log.Warn("reconciling a fail-open reservation with the store failed", "id", req.ID, "error", err)
+		f.log.Warn("reconciling a fail-open reservation with the store failed", "id", req.ID, "error", err)
 	default:
-		s.log.Info("fail-open reservation reconciled with the store", "id", req.ID, "store", res.Status().String())
+		f.log.Info("fail-open reservation reconciled with the store", "id", req.ID, "store", res.Status().String())
 	}
-	s.pending.reserved(req.ID)
+	f.pending.reserved(req.ID)
 	return true
 }
