@@ -48,7 +48,7 @@ func validateCommand() *cobra.Command {
 			if envoyDir != "" {
 				return validateEnvoy(cmd.OutOrStdout(), envoyDir, merge)
 			}
-			cfg, err := config.Load(args[0])
+			cfg, err := config.LoadWith(args[0], configOptions)
 			if err != nil {
 				return envoyHint(args[0], countErrors(args[0], err))
 			}

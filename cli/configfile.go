@@ -11,8 +11,13 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/examples"
+	"github.com/tokenlimit/tokenlimit/proxy/costexpr"
 	"github.com/tokenlimit/tokenlimit/service"
 )
+
+// configOptions are how every configuration is read: cost expressions are
+// compiled with CEL.
+var configOptions = config.Options{Compile: costexpr.Compile}
 
 // configFile is a configuration file and the digest of the content last
 // read from it, so a change is noticed exactly once (modification times can
@@ -25,14 +30,14 @@ type configFile struct {
 // load reads the file once, remembers its digest and parses what it read.
 func (c *configFile) load() (*config.Config, error) {
 	if c.path == "" {
-		return config.Parse(examples.Quickstart, "examples/quickstart.yaml (built in)")
+		return config.ParseWith(examples.Quickstart, "examples/quickstart.yaml (built in)", configOptions)
 	}
 	data, err := os.ReadFile(c.path)
 	if err != nil {
 		return nil, envoyHint(c.path, fmt.Errorf("config: %w", err))
 	}
 	c.last = sha256.Sum256(data)
-	cfg, err := config.Parse(data, c.path)
+	cfg, err := config.ParseWith(data, c.path, configOptions)
 	if err != nil {
 		return nil, envoyHint(c.path, countErrors(c.path, err))
 	}

@@ -86,6 +86,8 @@ type builder struct {
 	// unknown field is near theirs): saying that they are missing (or that
 	// an empty algorithm is unknown) would only bury the typo.
 	misspelt map[string]bool
+	// compile compiles cost expressions; nil refuses them.
+	compile Compiler
 }
 
 // lineError is one error and the line it is about, which orders errors.
@@ -561,10 +563,11 @@ func (b *builder) rate(path []any, s string) (int64, time.Duration) {
 }
 
 // costForms lists, for errors, the forms a cost takes.
-const costForms = `a positive whole number, "request" or {by, weights, default}`
+const costForms = `a positive whole number, "request", input_tokens, uncached_input_tokens, output_tokens, total_tokens, {expr: "..."} or {by, weights, default}`
 
-// cost reads a cost: absent (the request's own cost), "request", a positive
-// integer, or a mapping (weightedCost). Each form is read in one place.
+// cost reads a cost: absent (the request's own cost), "request", a token
+// class, a positive integer, or a mapping (exprCost, weightedCost). Each
+// form is read in one place.
 func (b *builder) cost(path []any, n *yaml.Node) Cost {
 	switch n.Kind {
 	case 0:
@@ -573,12 +576,18 @@ func (b *builder) cost(path []any, n *yaml.Node) Cost {
 		if n.Value == "request" {
 			return Cost{}
 		}
+		if class, ok := classOf(n.Value); ok {
+			return Cost{Class: class}
+		}
 		c, err := strconv.ParseInt(n.Value, 10, 64)
 		if err != nil || c <= 0 || c > tokenlimit.MaxCost {
 			b.fail(path, "want %s; got %q", costForms, n.Value)
 		}
 		return Cost{Constant: c}
 	case yaml.MappingNode:
+		if child(n, "expr") != nil {
+			return b.exprCost(path, n)
+		}
 		return b.weightedCost(path, n)
 	}
 	b.fail(path, "want %s", costForms)

@@ -167,14 +167,22 @@ func (p Pattern) Matches(v string) bool {
 // Cost is what a request costs under a limit: Constant if not zero;
 // otherwise the weight of the descriptor By (Weights, else Default) if By is
 // set; otherwise the request's spend in micro-dollars if Spend is set (a
-// limit with unit: usd); otherwise the request's own cost.
+// limit with unit: usd); otherwise its tokens of Class, or the value of
+// Expr, if set (PerClass); otherwise the request's own cost.
 type Cost struct {
 	Constant int64
 	By       string
 	Weights  map[string]int64
 	Default  int64
 	Spend    bool
+	Class    TokenClass
+	Expr     Expr
 }
+
+// PerClass reports whether the cost is counted in the request's token
+// classes (a Class or an Expr): it is computed again from the real usage
+// when the request settles.
+func (c Cost) PerClass() bool { return c.Class != NoClass || c.Expr != nil }
 
 // Least returns the smallest non-zero cost c charges a request: the
 // constant, the smallest non-zero weight or default, or 1 for the request's
@@ -197,34 +205,46 @@ func (c Cost) Least() int64 {
 	return 1
 }
 
-// Of returns the cost of a request with the given descriptors, own cost
-// and spend (in micro-dollars).
-func (c Cost) Of(descriptors map[string]string, requestCost, spend int64) int64 {
+// Of returns the cost of a request with the given descriptors, own cost,
+// spend (in micro-dollars) and usage (nil: its own cost counts as uncached
+// input tokens). A cost expression that fails or returns a negative value
+// charges 0 and returns the error (ErrNegativeCost for the latter).
+func (c Cost) Of(descriptors map[string]string, requestCost, spend int64, usage *Usage) (int64, error) {
 	switch {
 	case c.Constant > 0:
-		return c.Constant
+		return c.Constant, nil
 	case c.By != "":
 		if w, ok := c.Weights[descriptors[c.By]]; ok {
-			return w
+			return w, nil
 		}
-		return c.Default
+		return c.Default, nil
 	case c.Spend:
-		return spend
+		return spend, nil
+	case c.PerClass():
+		return c.classCost(descriptors, requestCost, usage)
 	}
-	return requestCost
+	return requestCost, nil
 }
 
-// Load reads and validates the file at path.
-func Load(path string) (*Config, error) {
+// Load reads and validates the file at path, which may hold no cost
+// expression (see LoadWith).
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
+
+// LoadWith is Load with options.
+func LoadWith(path string, o Options) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return Parse(data, path)
+	return ParseWith(data, path, o)
 }
 
-// Parse validates data, naming source in errors.
-func Parse(data []byte, source string) (*Config, error) {
+// Parse validates data, naming source in errors; it may hold no cost
+// expression (see ParseWith).
+func Parse(data []byte, source string) (*Config, error) { return ParseWith(data, source, Options{}) }
+
+// ParseWith is Parse with options.
+func ParseWith(data []byte, source string, o Options) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, yamlError(source, err)
@@ -232,7 +252,7 @@ func Parse(data []byte, source string) (*Config, error) {
 	if len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", source)
 	}
-	b := builder{source: source, doc: doc.Content[0], wrongAt: map[string]bool{}, misspelt: map[string]bool{}}
+	b := builder{source: source, doc: doc.Content[0], wrongAt: map[string]bool{}, misspelt: map[string]bool{}, compile: o.Compile}
 	var raw rawFile
 	b.decode(nil, b.doc, &raw)
 	cfg := b.build(&raw)

@@ -465,10 +465,60 @@ func TestCostOf(t *testing.T) {
 		{"default for nil descriptors", byRoute, nil, 1234, 2},
 		{"weights match exactly", byRoute, map[string]string{"route": "/v1/embed/"}, 1234, 2},
 		{"spend", config.Cost{Spend: true}, nil, 1234, 777},
+		{"no usage: the request's cost is uncached input", config.Cost{Class: config.UncachedInputTokens}, nil, 1234, 1234},
+		{"no usage: no output", config.Cost{Class: config.OutputTokens}, nil, 1234, 0},
 	}
 	for _, tt := range tests {
-		if got := tt.cost.Of(tt.desc, tt.request, 777); got != tt.want {
-			t.Errorf("%s: %+v.Of(%v, %d) = %d, want %d", tt.name, tt.cost, tt.desc, tt.request, got, tt.want)
+		if got, err := tt.cost.Of(tt.desc, tt.request, 777, nil); got != tt.want || err != nil {
+			t.Errorf("%s: %+v.Of(%v, %d) = %d, %v; want %d", tt.name, tt.cost, tt.desc, tt.request, got, err, tt.want)
+		}
+	}
+}
+
+// exprFunc is a cost expression written in Go.
+type exprFunc func(u *config.Usage) (int64, error)
+
+func (f exprFunc) Eval(u *config.Usage, _ map[string]string) (int64, error) { return f(u) }
+func (f exprFunc) String() string                                           { return "f" }
+
+func TestCostOfUsage(t *testing.T) {
+	t.Parallel()
+	u := &config.Usage{Input: 1000, Cached: 600, CacheWrite: 100, Output: 50, Reasoning: 20}
+	errOverflow := errors.New("overflow")
+	for _, tt := range []struct {
+		cost    config.Cost
+		want    int64
+		wantErr error
+	}{
+		{config.Cost{Class: config.InputTokens}, 1000, nil},
+		{config.Cost{Class: config.UncachedInputTokens}, 400, nil},
+		{config.Cost{Class: config.OutputTokens}, 50, nil},
+		{config.Cost{Class: config.TotalTokens}, 1050, nil},
+		{config.Cost{}, 7, nil}, // the request's own cost
+		{config.Cost{Expr: exprFunc(func(u *config.Usage) (int64, error) { return u.Input + 4*u.Output, nil })}, 1200, nil},
+		{config.Cost{Expr: exprFunc(func(u *config.Usage) (int64, error) { return u.Output - u.Input, nil })}, 0, config.ErrNegativeCost},
+		{config.Cost{Expr: exprFunc(func(*config.Usage) (int64, error) { return tokenlimit.MaxCost + 5, nil })}, tokenlimit.MaxCost, nil},
+		{config.Cost{Expr: exprFunc(func(*config.Usage) (int64, error) { return 9, errOverflow })}, 0, errOverflow},
+	} {
+		got, err := tt.cost.Of(nil, 7, 0, u)
+		if got != tt.want || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) || (tt.cost.Expr == nil && err != nil) {
+			t.Errorf("%+v.Of(usage %+v) = %d, %v; want %d, %v", tt.cost, *u, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestUsageClamped(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in, want config.Usage
+	}{
+		{config.Usage{Input: 10, Cached: 4, CacheWrite: 3, Output: 5, Reasoning: 2}, config.Usage{Input: 10, Cached: 4, CacheWrite: 3, Output: 5, Reasoning: 2}},
+		{config.Usage{Input: 10, Cached: 14, CacheWrite: 3, Output: 5, Reasoning: 9}, config.Usage{Input: 10, Cached: 10, CacheWrite: 0, Output: 5, Reasoning: 5}},
+		{config.Usage{Input: -1, Cached: -2, Output: tokenlimit.MaxCost + 1, Reasoning: -3}, config.Usage{Output: tokenlimit.MaxCost}},
+	} {
+		got, changed := tt.in.Clamped()
+		if got != tt.want || changed != (tt.in != tt.want) {
+			t.Errorf("%+v.Clamped() = %+v, %v; want %+v, %v", tt.in, got, changed, tt.want, tt.in != tt.want)
 		}
 	}
 }

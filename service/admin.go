@@ -70,6 +70,10 @@ func costString(c config.Cost) string {
 		return fmt.Sprintf("by %s %v default %d", c.By, c.Weights, c.Default)
 	case c.Spend:
 		return "spend"
+	case c.Class != config.NoClass:
+		return c.Class.String()
+	case c.Expr != nil:
+		return "expr " + c.Expr.String()
 	}
 	return "request"
 }

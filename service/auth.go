@@ -141,5 +141,9 @@ func (s *Service) ownCheck(l *config.Limit, desc map[string]string) (check, bool
 	if !ok {
 		return check{}, false, nil
 	}
-	return check{limit: l, own: true, item: tokenlimit.Item{Key: key, Limit: l.Limit, Cost: l.Cost.Of(desc, 1, 0)}}, true, nil
+	cost, err := l.Cost.Of(desc, 1, 0, nil)
+	if err != nil {
+		s.metrics.costFailed(l.Name, err)
+	}
+	return check{limit: l, own: true, desc: desc, item: tokenlimit.Item{Key: key, Limit: l.Limit, Cost: cost}}, true, nil
 }

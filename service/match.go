@@ -58,6 +58,7 @@ func matches(cfg *config.Config) [][]match {
 type check struct {
 	limit   *config.Limit
 	request int
+	desc    map[string]string // the request's, enriched
 	item    tokenlimit.Item
 	// own marks a limit of the caller's (CheckLimit), which no
 	// reservation charges.
@@ -125,7 +126,7 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if cost == 0 {
 			cost = 1
 		}
-		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
+		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, usage: r.Usage, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
 		plan := desc["plan"]
 		for li := range rules.cfg.Limits {
 			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, LevelPlan) {
@@ -154,6 +155,7 @@ type selector struct {
 	desc           map[string]string
 	request        int
 	cost, spend    int64
+	usage          *config.Usage
 	limit          *RequestLimit // the request's own limit, if any
 	inFlight, take bool
 	now            *time.Time
@@ -181,8 +183,12 @@ func (sel *selector) add(l *config.Limit, want []match, level Level, levelName s
 	} else {
 		key += suffix
 	}
-	c := check{limit: l, request: sel.request, level: level, levelName: levelName,
-		item: tokenlimit.Item{Key: key, Limit: limit, Cost: l.Cost.Of(sel.desc, sel.cost, sel.spend)}}
+	cost, err := l.Cost.Of(sel.desc, sel.cost, sel.spend, sel.usage)
+	if err != nil {
+		sel.s.metrics.costFailed(l.Name, err)
+	}
+	c := check{limit: l, request: sel.request, desc: sel.desc, level: level, levelName: levelName,
+		item: tokenlimit.Item{Key: key, Limit: limit, Cost: cost}}
 	if l.Shadow {
 		sel.p.shadow = append(sel.p.shadow, c)
 	} else {

@@ -1,12 +1,14 @@
 package service
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/resilient"
 
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
@@ -27,7 +29,10 @@ type metrics struct {
 	// may have been sent: each may or may not have charged.
 	outcomeUnknown prometheus.Counter
 	reloads        *prometheus.CounterVec
-	stats          stats.Stats // live per-second counts for the dashboard
+	// costErrors counts cost expressions that failed or returned a
+	// negative cost, each charged 0.
+	costErrors *prometheus.CounterVec
+	stats      stats.Stats // live per-second counts for the dashboard
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -106,6 +111,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_config_reloads_total",
 			Help: "Configuration reloads by result (ok, error).",
 		}, []string{"result"}),
+		costErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_cost_expression_errors_total",
+			Help: "Costs of a limit's cost expression charged 0 instead: reason is negative (it returned a negative cost) or error (it failed: its cost limit, an overflow, a missing descriptor).",
+		}, []string{"limit", "reason"}),
 	}
 	// Both results exist from the start, at 0, so that a dashboard or an
 	// alert on errors sees the series before the first reload.
@@ -114,12 +123,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// costFailed counts a cost expression of limit that failed with err
+// (config.ErrNegativeCost or another error).
+func (m *metrics) costFailed(limit string, err error) {
+	reason := "error"
+	if errors.Is(err, config.ErrNegativeCost) {
+		reason = "negative"
+	}
+	m.costErrors.WithLabelValues(limit, reason).Inc()
 }
 
 // watchBreaker exports b's state as tokenlimit_breaker_state, read when

@@ -91,13 +91,15 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 }
 
 // reserveRequest is the store's request for reserving the call b under
-// id.
-func (s *Service) reserveRequest(id string, b storeCall) tokenlimit.ReserveRequest {
+// id, and the measures that settling it to its usage gives (see
+// SettleUsage).
+func (s *Service) reserveRequest(id string, b storeCall) (tokenlimit.ReserveRequest, []measure) {
 	rules := make([]tokenlimit.SettleRule, len(b.checks))
+	var measured []measure
 	for i, c := range b.checks {
-		rules[i] = settleRule(c.limit)
+		rules[i], measured = settleRule(c, measured)
 	}
-	return tokenlimit.ReserveRequest{ID: id, Items: b.items, Rules: rules, TTL: s.opts.ReservationTTL}
+	return tokenlimit.ReserveRequest{ID: id, Items: b.items, Rules: rules, TTL: s.opts.ReservationTTL}, measured
 }
 
 // reserveChecks reserves checks under id through the fault layer: on the
@@ -108,7 +110,8 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
 	}
 	b := newStoreCall(checks, false)
-	res, a, err := s.fault.Reserve(ctx, s.reserveRequest(id, b), b.policies, b.results)
+	req, measured := s.reserveRequest(id, b)
+	res, a, err := s.fault.Reserve(ctx, req, b.policies, b.results)
 	if err != nil {
 		return Decision{}, s.storeError(err)
 	}
@@ -122,7 +125,7 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 	case tokenlimit.Closed:
 		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationClosed)
 	}
-	d.Reserved, d.Replayed = res.OK(), res.Status() == tokenlimit.Replayed
+	d.Reserved, d.Replayed, d.measured = res.OK(), res.Status() == tokenlimit.Replayed, measured
 	return d, nil
 }
 
@@ -140,18 +143,19 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 // again (see docs/operations.md). When the store fails and the reservation
 // is not local, it fails with ErrStoreUnavailable: retry, it applies once.
 func (s *Service) Settle(ctx context.Context, id string, actual int64) (tokenlimit.SettleStatus, error) {
-	return s.settle(ctx, id, actual, nil)
+	return s.settle(ctx, id, actual, nil, nil)
 }
 
-// settle is Settle with a spend for limits in usd (nil keeps their charge).
-func (s *Service) settle(ctx context.Context, id string, actual int64, spend *int64) (tokenlimit.SettleStatus, error) {
+// settle is Settle with a spend for limits in usd (nil keeps their charge)
+// and the measures of limits counting token classes (see SettleUsage).
+func (s *Service) settle(ctx context.Context, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
 	ctx, span := s.startDecision(ctx, OpSettle)
-	st, err := s.settleUntraced(ctx, id, actual, spend)
+	st, err := s.settleUntraced(ctx, id, actual, spend, measures)
 	endSettle(span, st, err)
 	return st, err
 }
 
-func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, spend *int64) (tokenlimit.SettleStatus, error) {
+func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
 	switch {
 	case id == "":
 		return 0, invalid("id: required")
@@ -160,7 +164,7 @@ func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, s
 	case actual < 0 || actual > tokenlimit.MaxCost:
 		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	st, err := s.fault.Settle(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend})
+	st, err := s.fault.Settle(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend, Measures: measures})
 	if err != nil {
 		return 0, s.storeError(err)
 	}

@@ -27,9 +27,16 @@ const (
 	// USD: a spend budget (unit: usd), charged each request's Spend in
 	// micro-dollars.
 	USD
+	// InputTokens: the limit charges the request's input tokens, every
+	// one or the uncached ones (cost: input_tokens, uncached_input_tokens).
+	InputTokens
+	// OutputTokens: the limit charges the request's output tokens (cost:
+	// output_tokens).
+	OutputTokens
 )
 
-// String returns "requests", "tokens", "in_flight" or "usd".
+// String returns "requests", "tokens", "in_flight", "usd",
+// "input_tokens" or "output_tokens".
 func (u Unit) String() string {
 	switch u {
 	case Requests:
@@ -40,25 +47,17 @@ func (u Unit) String() string {
 		return "in_flight"
 	case USD:
 		return "usd"
+	case InputTokens:
+		return "input_tokens"
+	case OutputTokens:
+		return "output_tokens"
 	}
 	return fmt.Sprintf("Unit(%d)", uint8(u))
 }
 
-// settleRule is how a limit's charge settles once the request's real cost
-// is known: a token limit to that cost, a per-request cost stays, a
-// concurrency slot is released, a spend budget settles to the request's
-// spend (SettleSpend) or keeps its charge.
-func settleRule(l *config.Limit) tokenlimit.SettleRule {
-	switch unitOf(l) {
-	case InFlight:
-		return tokenlimit.SettleRelease
-	case Requests:
-		return tokenlimit.SettleKeep
-	case USD:
-		return tokenlimit.SettleSpend
-	}
-	return tokenlimit.SettleActual
-}
+// IsTokens reports whether the unit counts LLM tokens: Tokens,
+// InputTokens or OutputTokens.
+func (u Unit) IsTokens() bool { return u == Tokens || u == InputTokens || u == OutputTokens }
 
 func unitOf(l *config.Limit) Unit {
 	switch {
@@ -68,6 +67,10 @@ func unitOf(l *config.Limit) Unit {
 		return USD
 	case l.Cost.Constant > 0 || l.Cost.By != "":
 		return Requests
+	case l.Cost.Class == config.InputTokens || l.Cost.Class == config.UncachedInputTokens:
+		return InputTokens
+	case l.Cost.Class == config.OutputTokens:
+		return OutputTokens
 	}
 	return Tokens
 }

@@ -293,6 +293,10 @@ type Request struct {
 	// charged by limits with unit: usd; zero charges them nothing. Callers
 	// price requests themselves (see PriceOf), as the LLM proxy does.
 	Spend int64
+	// Usage is the request's tokens by class (an LLM call's estimate),
+	// which limits whose cost is a token class or an expression charge;
+	// nil counts Cost as uncached input tokens. See SettleUsage.
+	Usage *config.Usage
 	// Limit, when not nil, is a limit the request names itself (an Envoy
 	// RLS descriptor's limit override). Only limits configured with
 	// rls_limit_override apply it; the others ignore it.
@@ -384,6 +388,9 @@ type Decision struct {
 	// of the same id and request: this decision is that one's, and nothing
 	// more was charged.
 	Replayed bool
+	// measured are the costs of the reservation's limits counted in token
+	// classes, measure k's at k (see SettleUsage).
+	measured []measure
 }
 
 // Tightest returns the enforced outcome that constrains the request most (see
