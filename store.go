@@ -101,7 +101,9 @@ type Result struct {
 // (reservations; without it a Limiter's Reserve and Settle answer
 // ErrUnsupported), Describer and LogReader. Both stores of this module
 // implement all three; package storekit holds the checks and arithmetic a
-// store's author needs.
+// store's author needs. A wrapper that embeds a Store gets only the methods
+// below: to keep reservations it forwards Reserve and Settle itself
+// (storekit.Reserve and storekit.Settle).
 type Store interface {
 	// Check decides items at time now, all or nothing: if every item is
 	// allowed, every item's cost is charged; otherwise nothing is charged.

@@ -18,6 +18,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
+	"github.com/tokenlimit/tokenlimit/storekit"
 	"github.com/tokenlimit/tokenlimit/storetest"
 )
 
@@ -235,7 +236,11 @@ func (u untagged) Reserve(ctx context.Context, now time.Time, req tokenlimit.Res
 	for i := range req.Items {
 		req.Items[i].Key = untag.Replace(req.Items[i].Key)
 	}
-	return u.Store.Reserve(ctx, now, req, results)
+	return storekit.Reserve(ctx, u.Store, now, req, results)
+}
+
+func (u untagged) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	return storekit.Settle(ctx, u.Store, now, req)
 }
 
 func (u untagged) Reset(ctx context.Context, key string, alg tokenlimit.Algorithm) error {

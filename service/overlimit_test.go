@@ -9,12 +9,23 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // countingStore forwards to a real store and counts the checks it is asked.
 type countingStore struct {
 	tokenlimit.Store
 	checks atomic.Int64
+}
+
+// Reserve and Settle forward to the store: an embedded tokenlimit.Store
+// promotes only Check, Adjust and Reset.
+func (c *countingStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
+	return storekit.Reserve(ctx, c.Store, now, req, results)
+}
+
+func (c *countingStore) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	return storekit.Settle(ctx, c.Store, now, req)
 }
 
 func (c *countingStore) Check(ctx context.Context, now time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
