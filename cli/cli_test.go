@@ -135,6 +135,8 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"serve", "--gc-heap-floor", "-1", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--gc-heap-floor: must not be negative"},
 		{[]string{"proxy", "--store-timeout", "-1s", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, "--store-timeout: must be positive"},
 		{[]string{"serve", "--envoy-config", "testdata", "--store-timeout", "-1s"}, "--store-timeout: must be positive"},
+		{[]string{"proxy", "--auth-failures", "ten/min", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, `--auth-failures "ten/min": want a positive whole number`},
+		{[]string{"proxy", "--auth-failures", "5/0.1ms", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, `--auth-failures "5/0.1ms": period: must be at least 1ms`},
 	} {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

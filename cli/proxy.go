@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -33,6 +35,7 @@ type proxyFlags struct {
 	metricsListen    string
 	unknownKeys      string
 	trustedProxies   []string
+	authFailures     string
 	defaultMaxTokens int64
 	maxBodyBytes     int64
 	maxResponseBytes int64
@@ -66,13 +69,14 @@ docs/proxy.md walks through it.`,
 	fl.StringVar(&f.config, "config", "", "configuration file, such as examples/proxy.yaml (required)")
 	fl.StringVar(&f.upstream, "upstream", "", "the OpenAI-compatible API to forward to, such as https://api.openai.com (required)")
 	fl.StringVar(&f.anthropic, "anthropic-upstream", "", "where Anthropic Messages API calls (/v1/messages, and requests with an anthropic-version header) go, such as https://api.anthropic.com (empty: --upstream)")
-	fl.StringVar(&f.upstreamKey, "upstream-key", "", "api key sent upstream in place of the client's (empty: $TOKENLIMIT_UPSTREAM_KEY if set, else forward the client's key)")
+	fl.StringVar(&f.upstreamKey, "upstream-key", "", "api key sent upstream in place of the client's (empty: $TOKENLIMIT_UPSTREAM_KEY if set, else forward the client's key; a quota-plane key's secret is never forwarded)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8090", "address clients call, as base URL http://ADDR/v1")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "address serving Prometheus /metrics (empty: off)")
 	f.storeFlags.register(fl)
 	f.logFlags.register(fl)
 	fl.StringVar(&f.unknownKeys, "unknown-keys", "reject", "api keys missing from api_keys (and calls without one): reject (401), or default: the default_plan, all of them sharing the budgets of the one api_key \"unknown\"")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
+	fl.StringVar(&f.authFailures, "auth-failures", "10/min", "failed authentications (401) allowed per client ip, as N/period: N at once, then N per period; past it the ip gets 429 for every request until one more is allowed")
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body the proxy reads and counts (413 above)")
 	fl.Int64Var(&f.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest plain response buffered to read its usage; a larger one streams through and settles at the estimate")
@@ -122,6 +126,10 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	authFailures, err := authFailuresLimit(f.authFailures)
+	if err != nil {
+		return err
+	}
 	tr, err := startTracing(ctx, log)
 	if err != nil {
 		return err
@@ -146,7 +154,7 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 	p, err := proxy.New(svc, proxy.Options{
 		Upstream: upstream, AnthropicUpstream: anthropic, Transport: tr.transport(transport), UpstreamAPIKey: upstreamKey(f.upstreamKey), UnknownKeys: unknown,
 		TrustedProxies: proxies, DefaultMaxTokens: f.defaultMaxTokens, MaxBodyBytes: f.maxBodyBytes, MaxResponseBytes: f.maxResponseBytes,
-		MaxRetryWait: f.maxRetryWait, Tokenizer: tok, Logger: log, Metrics: metrics,
+		MaxRetryWait: f.maxRetryWait, AuthFailures: authFailures, Tokenizer: tok, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		return err
@@ -197,6 +205,19 @@ func unknownKeysPolicy(s string) (proxy.UnknownKeys, error) {
 		return proxy.DefaultPlanForUnknownKeys, nil
 	}
 	return 0, fmt.Errorf("--unknown-keys %q: want reject or default: %w", s, errUsage)
+}
+
+// authFailuresLimit reads --auth-failures, N/period: a token bucket of N
+// refilled N per period.
+func authFailuresLimit(s string) (tokenlimit.Limit, error) {
+	n, per, err := config.ParseRate(s)
+	if err == nil {
+		lim := tokenlimit.TokenBucketLimit(n, n, per)
+		if err = lim.Validate(); err == nil {
+			return lim, nil
+		}
+	}
+	return tokenlimit.Limit{}, fmt.Errorf("--auth-failures %q: %w: %w", s, err, errUsage)
 }
 
 // upstreamKey returns --upstream-key, or $TOKENLIMIT_UPSTREAM_KEY when the

@@ -15,6 +15,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -36,6 +37,7 @@ type env struct {
 	svc     *service.Service
 	store   tokenlimit.Store
 	redis   *redistest.Server
+	plane   *plane.Plane // the quota plane, withPlane only
 	up      *fakeUpstream
 	upSrv   *httptest.Server
 	srv     *httptest.Server
@@ -48,7 +50,11 @@ type setup struct {
 	proxy   func(*proxy.Options)
 	store   func(tokenlimit.Store) tokenlimit.Store
 	handler func(http.Handler) http.Handler
+	plane   bool
 }
+
+// withPlane gives the service a quota plane in memory, on the fake clock.
+func withPlane() func(*setup) { return func(s *setup) { s.plane = true } }
 
 // withHandler wraps the proxy's handler, as a middleware in front of it.
 func withHandler(wrap func(http.Handler) http.Handler) func(*setup) {
@@ -85,11 +91,21 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 		edit(&s)
 	}
 	cfg := testkit.ParseConfig(t, s.yml)
-	te := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: t0, WrapStore: s.store})
-	e := &env{
-		t: t, clock: te.Clock, svc: te.Service, store: te.Store, redis: te.Redis,
-		up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100),
+	e := &env{t: t, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
+	setupService := testkit.Setup{Store: store, Config: cfg, Start: t0, WrapStore: s.store}
+	if s.plane {
+		pl, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+			KnownPlan: func(name string) bool { return e.svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+			Clock: func() time.Time { return e.clock.Now() },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.plane = pl
+		setupService.Edit = func(o *service.Options) { o.Plane = pl }
 	}
+	te := testkit.NewService(t, setupService)
+	e.clock, e.svc, e.store, e.redis = te.Clock, te.Service, te.Store, te.Redis
 	e.upSrv = httptest.NewServer(e.up)
 	t.Cleanup(e.upSrv.Close)
 	upstream, _ := url.Parse(e.upSrv.URL)

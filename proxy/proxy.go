@@ -33,12 +33,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/tokenizer"
 
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
-	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -75,6 +75,10 @@ const (
 	DefaultMaxRetryWait     = time.Minute
 )
 
+// DefaultAuthFailures is the default of Options.AuthFailures: 10 failed
+// authentications per client address, then one every 6 seconds.
+var DefaultAuthFailures = tokenlimit.TokenBucketLimit(10, 10, time.Minute)
+
 // Options configures a Proxy. Upstream is required; the zero value of every
 // other field takes the default its comment names.
 type Options struct {
@@ -92,17 +96,26 @@ type Options struct {
 	// Transport makes the upstream calls. Default: a clone of
 	// http.DefaultTransport whose ResponseHeaderTimeout is 10 minutes.
 	Transport http.RoundTripper
-	// UpstreamAPIKey, when set, replaces the client's key: its
-	// Authorization becomes "Bearer UpstreamAPIKey", or, for a request in
-	// Anthropic's dialect, its x-api-key becomes UpstreamAPIKey (and its
-	// Authorization is dropped). Clients then hold keys of the proxy's own
-	// configuration, and only the proxy holds the upstream's key.
+	// UpstreamAPIKey, when set, replaces the client's key: the client's
+	// Authorization and x-api-key are dropped, and the request goes out
+	// with Authorization "Bearer UpstreamAPIKey", or, in Anthropic's
+	// dialect, x-api-key UpstreamAPIKey. Clients then hold keys of the
+	// proxy's own (api_keys, or the quota plane's), and only the proxy
+	// holds the upstream's key. A plane key's secret is never forwarded,
+	// with or without UpstreamAPIKey.
 	UpstreamAPIKey string
 	// UnknownKeys says what to do with keys missing from api_keys.
 	UnknownKeys UnknownKeys
 	// TrustedProxies are the peers whose X-Forwarded-For is believed when
 	// finding the client's ip. Empty: the connection's address is the ip.
 	TrustedProxies []netip.Prefix
+	// AuthFailures is each client address's budget of failed
+	// authentications (requests answered 401), kept in the service's store
+	// as limit AuthFailuresLimit keyed by ip. Once the store denies one,
+	// the replica answers 429 to every request from that address, whatever
+	// its key, until the budget admits one again. Zero:
+	// DefaultAuthFailures.
+	AuthFailures tokenlimit.Limit
 	// DefaultMaxTokens is the reply budget reserved for a request that sets
 	// no max_tokens (max_completion_tokens, max_output_tokens); it is capped
 	// so that prompt plus reply fit the smallest token limit the request
@@ -192,11 +205,12 @@ type Settlement struct {
 // Proxy is an http.Handler forwarding to an OpenAI-compatible upstream under
 // a service's limits. It is safe for concurrent use.
 type Proxy struct {
-	svc  *service.Service
-	opts Options
-	tok  counter
-	log  *slog.Logger
-	rp   *httputil.ReverseProxy
+	svc          *service.Service
+	opts         Options
+	tok          counter
+	log          *slog.Logger
+	rp           *httputil.ReverseProxy
+	authFailures *config.Limit // opts.AuthFailures, as the service checks it
 }
 
 // New returns a proxy enforcing svc's limits in front of opts.Upstream.
@@ -214,7 +228,10 @@ func New(svc *service.Service, opts Options) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: unknown UnknownKeys policy %d", opts.UnknownKeys)
 	}
 	opts = withDefaults(opts)
-	p := &Proxy{svc: svc, opts: opts, tok: counter{opts.Tokenizer}, log: opts.Logger}
+	if err := opts.AuthFailures.Validate(); err != nil {
+		return nil, fmt.Errorf("proxy: AuthFailures: %w", err)
+	}
+	p := &Proxy{svc: svc, opts: opts, tok: counter{opts.Tokenizer}, log: opts.Logger, authFailures: authFailuresLimit(opts.AuthFailures)}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.modifyResponse,
@@ -267,12 +284,16 @@ func withDefaults(o Options) Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.AuthFailures == (tokenlimit.Limit{}) {
+		o.AuthFailures = DefaultAuthFailures
+	}
 	return o
 }
 
 // call is one request's state, from reservation to settlement.
 type call struct {
 	id       string
+	keyID    string // the plane key the call is made with; "" for another
 	kind     Kind
 	est      Estimate
 	req      service.Request
@@ -297,14 +318,12 @@ func callOf(ctx context.Context) *call {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := &call{id: httpx.NewID(), kind: KindOf(r.Method, r.URL.Path), dialect: dialectOf(r)}
 	w.Header().Set("X-Tokenlimit-Request-Id", c.id)
-	key, ok := p.identify(w, r, c.dialect)
-	if !ok {
+	if !p.identify(w, r, c) {
 		return
 	}
 	if c.kind != Passthrough && !p.readCall(w, r, c) {
 		return
 	}
-	c.req = service.Request{Descriptors: map[string]string{"api_key": key, "ip": p.clientIP(r), "route": r.URL.Path}}
 	if c.est.Model != "" {
 		c.req.Descriptors["model"] = c.est.Model
 	}
@@ -312,43 +331,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
-}
-
-// apiKeyOf returns the api key of r: its Authorization bearer token, else
-// its x-api-key (Anthropic's clients send one or the other); "" if none.
-func apiKeyOf(r *http.Request) string {
-	if key := peer.Bearer(r.Header.Get("Authorization")); key != "" {
-		return key
-	}
-	return r.Header.Get("X-Api-Key")
-}
-
-// identify returns the request's api_key descriptor: its key if the
-// configuration knows it, else UnknownKey under DefaultPlanForUnknownKeys
-// (never the unknown key itself); otherwise it answers 401 and returns
-// false.
-func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, d dialect) (string, bool) {
-	key := apiKeyOf(r)
-	hasKey := key != ""
-	if hasKey && p.svc.KnownAPIKey(key) {
-		return key, true
-	}
-	if p.opts.UnknownKeys == DefaultPlanForUnknownKeys {
-		if !p.svc.KnownAPIKey(UnknownKey) {
-			return UnknownKey, true
-		}
-		p.log.Error("the configuration lists the api key " + UnknownKey + ", which names unknown keys: rejecting them")
-	}
-	msg := "You didn't provide an API key. Send it as an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY)."
-	if hasKey {
-		msg = fmt.Sprintf("Incorrect API key provided: %s. This proxy does not know that key.", redact.Hint(key))
-	}
-	p.log.Debug("unknown api key", "key", redact.Hint(key), "path", r.URL.Path)
-	if d == anthropic && !hasKey {
-		msg = "x-api-key header is required (or Authorization: Bearer YOUR_KEY)."
-	}
-	writeError(w, d, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", msg)
-	return "", false
 }
 
 // readCall reads and estimates an LLM call's body, or answers 400/413 and
@@ -416,7 +398,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 		writeError(w, c.dialect, http.StatusInternalServerError, "server_error", "", "The proxy could not decide the request.")
 		return false
 	case d.Unavailable:
-		p.log.Debug("rate limiting unavailable", "request_id", c.id, "key", redact.Hint(c.req.Descriptors["api_key"]))
+		p.log.Debug("rate limiting unavailable", "request_id", c.id, "key", c.who())
 		w.Header().Set("Retry-After", "1")
 		writeError(w, c.dialect, http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable",
 			"Rate limiting is unavailable right now (a limit that fails closed could not be decided). Please retry.")
@@ -432,7 +414,9 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 // capCompletion returns the default reply budget, capped so that prompt and
 // reply fit the smallest token budget the request selects.
 func (p *Proxy) capCompletion(c *call) int64 {
-	sel, err := p.svc.Select(service.Request{Descriptors: c.req.Descriptors, Cost: 1})
+	req := c.req // a plane key's levels too
+	req.Cost = 1
+	sel, err := p.svc.Select(req)
 	if err != nil {
 		return c.est.Completion // Reserve reports the error
 	}
@@ -467,14 +451,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if c != nil {
 		c.sent = time.Now()
 	}
-	switch {
-	case p.opts.UpstreamAPIKey == "":
-	case d == anthropic:
-		pr.Out.Header.Del("Authorization")
-		pr.Out.Header.Set("X-Api-Key", p.opts.UpstreamAPIKey)
-	default:
-		pr.Out.Header.Set("Authorization", "Bearer "+p.opts.UpstreamAPIKey)
-	}
+	p.credentials(pr.Out.Header, c, d)
 	if c == nil || c.body == nil {
 		return
 	}
@@ -532,7 +509,7 @@ func (p *Proxy) accessLog(c *call, s Settlement) {
 		level = slog.LevelError
 	}
 	p.log.Log(context.Background(), level, "call", "request_id", c.id, "api", c.kind.String(), "model", c.est.Model,
-		"key", redact.Hint(c.req.Descriptors["api_key"]), "status", c.status,
+		"key", c.who(), "status", c.status,
 		"estimate_tokens", s.Reserved, "estimate_usd", config.FormatUSD(s.ReservedSpend),
 		"tokens", s.Actual, "input_tokens", s.Input, "cached_input_tokens", s.Cached, "cache_write_tokens", s.CacheWrite,
 		"output_tokens", s.Output, "reasoning_tokens", s.Reasoning, "usd", config.FormatUSD(s.Spend),
