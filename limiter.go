@@ -210,26 +210,17 @@ func (l *Limiter) ReserveWith(ctx context.Context, req ReserveRequest) (*Reserva
 	return r, nil
 }
 
-// Settle settles the reservation recorded under id at the request's real
-// cost actual (see Reservation.Settle); any client of the store may call
-// it, whichever made the reservation.
-func (l *Limiter) Settle(ctx context.Context, id string, actual int64) (SettleStatus, error) {
-	return l.settle(ctx, SettleRequest{ID: id, Actual: actual, TTL: l.ttl})
-}
-
-// SettleWith is Settle with every part of the settlement given (a spend,
-// or a cancel); a zero TTL is the limiter's.
-func (l *Limiter) SettleWith(ctx context.Context, req SettleRequest) (SettleStatus, error) {
+// Settle applies req to the reservation recorded under req.ID, from this
+// process or any other client of the store, whichever made the reservation:
+// each item is set to its settled cost (req.Actual, req.Spend or a measure,
+// by the item's rule; nothing when req.Cancel), as Reservation.Settle
+// describes. A zero req.TTL is the limiter's. It is the one way to settle by
+// id; a Reservation's Settle and Cancel settle the handle in hand.
+func (l *Limiter) Settle(ctx context.Context, req SettleRequest) (SettleStatus, error) {
 	if req.TTL == 0 {
 		req.TTL = l.ttl
 	}
 	return l.settle(ctx, req)
-}
-
-// Cancel refunds the whole reservation recorded under id, whatever its
-// items' rules (see Reservation.Cancel).
-func (l *Limiter) Cancel(ctx context.Context, id string) (SettleStatus, error) {
-	return l.settle(ctx, SettleRequest{ID: id, Cancel: true, TTL: l.ttl})
 }
 
 func (l *Limiter) settle(ctx context.Context, req SettleRequest) (SettleStatus, error) {

@@ -230,9 +230,11 @@ func TestSettleTwiceIsAlreadySettled(t *testing.T) {
 		t.Errorf("remaining %d after settling 40 at 25, want 75", got)
 	}
 	for name, again := range map[string]func() (tokenlimit.SettleStatus, error){
-		"Settle":         func() (tokenlimit.SettleStatus, error) { return res.Settle(ctx, 10) },
-		"Cancel":         func() (tokenlimit.SettleStatus, error) { return res.Cancel(ctx) },
-		"Limiter.Settle": func() (tokenlimit.SettleStatus, error) { return lim.Settle(ctx, res.ID(), 10) },
+		"Settle": func() (tokenlimit.SettleStatus, error) { return res.Settle(ctx, 10) },
+		"Cancel": func() (tokenlimit.SettleStatus, error) { return res.Cancel(ctx) },
+		"Limiter.Settle": func() (tokenlimit.SettleStatus, error) {
+			return lim.Settle(ctx, tokenlimit.SettleRequest{ID: res.ID(), Actual: 10})
+		},
 	} {
 		if got, err := again(); err != nil || got != tokenlimit.AlreadySettled {
 			t.Errorf("%s after Settle: %s, %v; want already settled", name, got, err)
@@ -360,7 +362,7 @@ func TestReserveOnAStoreWithoutReserverIsUnsupported(t *testing.T) {
 	if res == nil || res.OK() || res.Status() != 0 {
 		t.Errorf("Reserve: %+v, want a non-nil reservation that holds nothing", res)
 	}
-	if _, err := lim.Settle(ctx, "some-id", 1); !errors.Is(err, tokenlimit.ErrUnsupported) {
+	if _, err := lim.Settle(ctx, tokenlimit.SettleRequest{ID: "some-id", Actual: 1}); !errors.Is(err, tokenlimit.ErrUnsupported) {
 		t.Errorf("Settle: %v, want an error matching ErrUnsupported", err)
 	}
 	if got := remaining(t, lim, "k", l); got != 5 {

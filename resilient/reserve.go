@@ -128,11 +128,11 @@ func (f *Failover) Settle(ctx context.Context, req tokenlimit.SettleRequest) (to
 		// Taken on the local budget while the store failed, and the store
 		// never got it (it now holds a tombstone, so a late copy charges
 		// nothing): settle it here.
-		return f.local.SettleWith(context.Background(), req)
+		return f.local.Settle(context.Background(), req)
 	}
 	// The reserve reached the store after all (its reply was late) and is
 	// settled there: the local copy counted it twice.
-	if _, err := f.local.Cancel(context.Background(), req.ID); err != nil {
+	if _, err := f.local.Settle(context.Background(), tokenlimit.SettleRequest{ID: req.ID, Cancel: true}); err != nil {
 		f.log.Error("cancelling a local fail-open reservation failed", "error", err)
 	}
 	return st, nil
@@ -142,7 +142,7 @@ func (f *Failover) Settle(ctx context.Context, req tokenlimit.SettleRequest) (to
 func (f *Failover) settleRemote(ctx context.Context, req tokenlimit.SettleRequest) (st tokenlimit.SettleStatus, failed bool, err error) {
 	failed, err = f.call(ctx, opSettle, func(ctx context.Context) error {
 		var err error
-		st, err = f.limiter.SettleWith(ctx, req)
+		st, err = f.limiter.Settle(ctx, req)
 		return err
 	})
 	return st, failed, err
@@ -153,7 +153,7 @@ func (f *Failover) settleRemote(ctx context.Context, req tokenlimit.SettleReques
 // for the store (see reconciler); any other fails with ErrUnavailable.
 func (f *Failover) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	if !f.localStore.Holds(req.ID, f.clock()) {
-		st, err := f.local.SettleWith(context.Background(), req)
+		st, err := f.local.Settle(context.Background(), req)
 		if err == nil && st == tokenlimit.AlreadySettled {
 			return st, nil // settled here before; its settlement is queued
 		}
@@ -162,5 +162,5 @@ func (f *Failover) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.Se
 	if err := f.pending.addSettle(req, f.clock().Add(f.ttl)); err != nil {
 		return 0, err
 	}
-	return f.local.SettleWith(context.Background(), req)
+	return f.local.Settle(context.Background(), req)
 }

@@ -235,7 +235,7 @@ func (r *runner) unsupported(where string, s Step, items []tokenlimit.Item) {
 			t.Errorf("%s: reserve on a store that is not a Reserver: %+v, want a reservation that is not OK", where, res)
 		}
 	} else {
-		_, err = r.on(s).Settle(context.Background(), s.Settle, s.Actual)
+		_, err = r.on(s).Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Actual: s.Actual})
 	}
 	if !errors.Is(err, tokenlimit.ErrUnsupported) {
 		t.Errorf("%s: reservation step on a store that is not a Reserver: %v, want an error matching ErrUnsupported", where, err)
@@ -253,9 +253,9 @@ func (r *runner) settle(where string, s Step) {
 	var st tokenlimit.SettleStatus
 	var err error
 	if s.Cancel {
-		st, err = lim.Cancel(context.Background(), s.Settle)
+		st, err = lim.Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Cancel: true})
 	} else {
-		st, err = lim.SettleWith(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Actual: s.Actual, Spend: s.Spend, Measures: s.Measures})
+		st, err = lim.Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Actual: s.Actual, Spend: s.Spend, Measures: s.Measures})
 	}
 	if err != nil || st != want {
 		t.Fatalf("%s: settle %q at %d (cancel %v): %v, %v; want %v", where, s.Settle, s.Actual, s.Cancel, st, err, want)
