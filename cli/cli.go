@@ -28,7 +28,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand(), teamsCommand(), keysCommand(), benchCommand(), migrateCommand(), versionCommand(), healthCommand())
+	root.AddCommand(serveCommand(), proxyCommand(), validateCommand(), checkCommand(), inspectCommand(), resetCommand(), teamsCommand(), keysCommand(), explainCommand(), benchCommand(), migrateCommand(), versionCommand(), healthCommand())
 	return root.ExecuteContext(ctx)
 }
 

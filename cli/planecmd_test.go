@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // tl runs a tokenlimit command line in this process against base, with
@@ -66,6 +68,22 @@ func TestPlaneCommands(t *testing.T) {
 		t.Fatalf("a check with k1's secret: %d, want 200", code)
 	}
 
+	// explain: a table of every level's limits, the team's charged once.
+	out, err := tl(t, base, "explain", k1.ID)
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	if !slices.ContainsFunc(strings.Split(out, "\n"), func(line string) bool {
+		f := strings.Fields(line)
+		return len(f) == 8 && f[0] == "team" && f[1] == "acme" && f[2] == "team-rpm" && f[4] == "1" && f[5] == "100" && f[6] == "99"
+	}) || !strings.HasPrefix(out, "LEVEL ") {
+		t.Errorf("explain %s printed\n%s\nwant a line: team acme team-rpm, used 1 of 100, 99 remaining", k1.ID, out)
+	}
+	var ee *exitError
+	if _, err := tl(t, base, "explain", "key_000000000000000000000000"); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "404") {
+		t.Errorf("explain of no key: %v, want exit status %d naming 404", err, ExitUsage)
+	}
+
 	var listed []cliKey
 	tlJSON(t, base, &listed, "keys", "list", "--team", "acme")
 	if len(listed) != 2 || listed[0].Secret != "" || listed[1].Secret != "" {
@@ -119,7 +137,6 @@ func TestPlaneCommands(t *testing.T) {
 	if code, _ := call(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"api_key": "`+k1.Secret+`"}}`); code != http.StatusUnauthorized {
 		t.Errorf("a check with the revoked key: %d, want 401", code)
 	}
-	var ee *exitError
 	if _, err := tl(t, base, "keys", "show", k1.ID); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "404") {
 		t.Errorf("keys show of a revoked key: %v, want exit status %d naming 404", err, ExitUsage)
 	}
@@ -159,5 +176,29 @@ func TestPlaneCommands(t *testing.T) {
 	tlJSON(t, other, &imported, "keys", "import", file)
 	if imported.Teams != 0 || len(imported.KeysCreated) != 0 {
 		t.Errorf("a second import created %+v, want nothing", imported.KeysCreated)
+	}
+}
+
+// TestExplainTable: explain's table lists the key's limits first, then its
+// team's, then its plan's, dollars as dollars.
+func TestExplainTable(t *testing.T) {
+	t.Parallel()
+	reset := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	u := keyUsage{ID: "key_1", Limits: []keyUsageLimit{
+		{Level: "plan", Name: "rpm", Unit: "requests", Limit: 60, Used: 2, Remaining: 58, Reset: reset},
+		{Level: "team", LevelName: "acme", Name: "usd-monthly", Unit: "usd", Limit: 50_000_000, Used: 50_000_000, Reset: reset},
+		{Level: "key", LevelName: "ci bot", Name: "tpm", Unit: "tokens", Limit: 1000, Used: 10, Remaining: 990, Reset: reset},
+	}}
+	var out bytes.Buffer
+	if err := u.print(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := `LEVEL  NAME    LIMIT        UNIT      USED    OF      REMAINING  RESET
+key    ci bot  tpm          tokens    10      1000    990        2027-01-01T00:00:00Z
+team   acme    usd-monthly  usd       $50.00  $50.00  $0.00      2027-01-01T00:00:00Z
+plan   -       rpm          requests  2       60      58         2027-01-01T00:00:00Z
+`
+	if out.String() != want {
+		t.Errorf("explain printed\n%s\nwant\n%s", out.String(), want)
 	}
 }

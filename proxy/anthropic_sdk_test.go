@@ -180,7 +180,7 @@ func TestAnthropicSDKRateLimit(t *testing.T) {
 
 		r := runSDK(t, e, script, "error", bob, 0)
 		if !r.RateLimit || r.Class != "RateLimitError" || r.Status != 429 || r.Type != "rate_limit_error" || r.RetryAfter == nil || *r.RetryAfter != "1" ||
-			r.Message != "Rate limit reached for tokens-per-key-model on tokens: Limit 2000, Used "+itoa(2000-estimate+1)+", Requested "+itoa(estimate)+". Please try again in 30ms." {
+			r.Message != "Rate limit reached for plan \"free\" limit \"tokens-per-key-model\" on tokens: Limit 2000, Used "+itoa(2000-estimate+1)+", Requested "+itoa(estimate)+". Please try again in 30ms." {
 			t.Fatalf("without retries: %+v, want our 429 as a RateLimitError", r)
 		}
 		a.mu.Lock()

@@ -186,7 +186,7 @@ func TestMessages429InAnthropicShape(t *testing.T) {
 		e.waitSettled()
 		resp, body := e.readAll(e.sendMessages(context.Background(), "x-api-key", bob, msgBody))
 		used := int64(1981 + 9)
-		want := `{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached for tokens-per-key-model on tokens: ` +
+		want := `{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached for plan \"free\" limit \"tokens-per-key-model\" on tokens: ` +
 			`Limit 2000, Used 1990, Requested ` + itoa(msgPrompt(t)+100) + `. Please try again in ` +
 			(time.Duration(msgPrompt(t)+100-(2000-used)) * 30 * time.Millisecond).String() + `."}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {

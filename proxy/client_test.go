@@ -142,7 +142,7 @@ func TestOpenAIClientRetriesAfterOur429(t *testing.T) {
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Type != "tokens" ||
 			apiErr.Code != "rate_limit_exceeded" ||
-			apiErr.Message != "Rate limit reached for tokens-per-key-model on tokens: Limit 2000, Used 1892, Requested 109. Please try again in 30ms." {
+			apiErr.Message != "Rate limit reached for plan \"free\" limit \"tokens-per-key-model\" on tokens: Limit 2000, Used 1892, Requested 109. Please try again in 30ms." {
 			t.Fatalf("without retries: %v (%+v), want our 429", err, apiErr)
 		}
 

@@ -24,7 +24,7 @@ func TestTokenLimit429(t *testing.T) {
 		}
 		e.waitSettled()
 		resp, body := e.post("/v1/chat/completions", bob, chatBody)
-		want := `{"error":{"message":"Rate limit reached for tokens-per-key-model on tokens: Limit 2000, Used 1990, Requested 109. Please try again in 2.97s.",` +
+		want := `{"error":{"message":"Rate limit reached for plan \"free\" limit \"tokens-per-key-model\" on tokens: Limit 2000, Used 1990, Requested 109. Please try again in 2.97s.",` +
 			`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
@@ -55,7 +55,7 @@ func TestRequestTooLarge(t *testing.T) {
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		e := newEnv(t, store)
 		resp, body := e.post("/v1/chat/completions", bob, strings.Replace(chatBody, `"max_tokens":100`, `"max_tokens":5000`, 1))
-		want := `{"error":{"message":"Request too large for tokens-per-key-model on tokens: Limit 2000, Requested 5009. The input or output tokens must be reduced in order to run successfully.",` +
+		want := `{"error":{"message":"Request too large for plan \"free\" limit \"tokens-per-key-model\" on tokens: Limit 2000, Requested 5009. The input or output tokens must be reduced in order to run successfully.",` +
 			`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
@@ -76,7 +76,7 @@ func TestRequestLimit429(t *testing.T) {
 			e.waitSettled()
 		}
 		resp, body := e.post("/v1/chat/completions", alice, chatBody)
-		want := `{"error":{"message":"Rate limit reached for requests-per-key on requests: Limit 60, Used 60, Requested 1. Please try again in 1s.",` +
+		want := `{"error":{"message":"Rate limit reached for plan \"pro\" limit \"requests-per-key\" on requests: Limit 60, Used 60, Requested 1. Please try again in 1s.",` +
 			`"type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)

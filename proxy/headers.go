@@ -113,15 +113,6 @@ func writeParamError(w http.ResponseWriter, d dialect, status int, typ, code, pa
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// unitOf returns what the named limit counts; a limit removed by a reload
-// since the decision counts requests.
-func (p *Proxy) unitOf(name string) service.Unit {
-	if u, ok := p.svc.UnitOf(name); ok {
-		return u
-	}
-	return service.Requests
-}
-
 // setRateHeaders sets the rate-limit headers of c's dialect from decision
 // d: the tightest enforced limit counting requests, and the tightest
 // counting tokens. Concurrency limits are not reported there.
@@ -154,16 +145,17 @@ func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
 func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome, bool) {
 	var of []service.Outcome
 	for _, o := range d.Limits {
-		if !o.Shadow && p.unitOf(o.Name) == u {
+		if !o.Shadow && o.Unit == u {
 			of = append(of, o)
 		}
 	}
 	return service.Decision{Limits: of}.Tightest()
 }
 
-// deny answers 429 for decision d, naming its tightest limit: the body is
-// OpenAI's rate_limit_exceeded error (Anthropic's rate_limit_error), typed
-// "tokens", "requests" or "usd" by what the limit counts. A wait up to
+// deny answers 429 for decision d, naming its tightest limit and where it
+// comes from (see denier): the body is OpenAI's rate_limit_exceeded error
+// (Anthropic's rate_limit_error), typed "tokens", "requests" or "usd" by
+// what the limit counts. A wait up to
 // MaxRetryWait is told exactly: Retry-After in whole seconds rounded up and
 // retry-after-ms in milliseconds, which the SDKs sleep before retrying. A
 // longer wait is told not to be waited for (see MaxRetryWait): code
@@ -172,7 +164,7 @@ func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome,
 // fit its limit gets x-should-retry: false and no Retry-After.
 func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	o, _ := d.Tightest()
-	unit := p.unitOf(o.Name)
+	unit, who := o.Unit, denier(o)
 	p.setRateHeaders(w.Header(), c, d)
 	typ, amount := denialTerms(unit)
 	wait := ratelimitheader.CeilMillis(o.RetryAfter)
@@ -185,19 +177,18 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	switch {
 	case o.CostExceedsLimit:
 		msg = fmt.Sprintf("Request too large for %s on %s: Limit %s, Requested %s. The input or output tokens must be reduced in order to run successfully.",
-			o.Name, typ, amount(o.Limit), amount(o.Cost))
+			who, typ, amount(o.Limit), amount(o.Cost))
 		retry = false
 	case unit == service.InFlight:
 		msg = fmt.Sprintf("Too many requests in flight for %s: Limit %d, In flight %d. Please try again in %s.",
-			o.Name, o.Limit, o.Limit-o.Remaining, wait)
+			who, o.Limit, o.Limit-o.Remaining, wait)
 		h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	case wait > p.opts.MaxRetryWait:
 		code, retry = "insufficient_quota", false
-		msg = fmt.Sprintf("Quota exceeded for %s on %s: Limit %s, Used %s, Requested %s. It resets in %s, at %s; retrying sooner will not succeed.",
-			o.Name, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait, ratelimitheader.ResetTime(d.At, wait))
+		msg = exhausted(o, d.At, wait)
 	default:
 		msg = fmt.Sprintf("Rate limit reached for %s on %s: Limit %s, Used %s, Requested %s. Please try again in %s.",
-			o.Name, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait)
+			who, typ, amount(o.Limit), amount(o.Limit-o.Remaining), amount(o.Cost), wait)
 		h.Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	}
 	if !o.CostExceedsLimit {
@@ -206,18 +197,47 @@ func (p *Proxy) deny(w http.ResponseWriter, c *call, d service.Decision) {
 	if !retry {
 		h.Set("X-Should-Retry", "false")
 	}
-	p.log.Info("denied", "request_id", c.id, "limit", o.Name, "key", redact.Hint(c.req.Descriptors["api_key"]),
+	p.log.Info("denied", "request_id", c.id, "limit", o.Name, "limit_level", o.Level.String(), "limit_level_name", o.LevelName, "key", redact.Hint(c.req.Descriptors["api_key"]),
 		"requested", o.Cost, "remaining", o.Remaining, "retry_after", wait, "retry", retry)
 	writeError(w, c.dialect, http.StatusTooManyRequests, typ, code, msg)
+}
+
+// denier names the limit of outcome o and the level it comes from, for a
+// 429's message: `team "acme" budget "usd-monthly"`, `key "laptop" limit
+// "rpm"`, `plan "pro" limit "tokens-per-key"`, or only `limit "rpm"` for a
+// configured limit of a call without a plan. A spend limit is a budget.
+func denier(o service.Outcome) string {
+	noun := "limit"
+	if o.Unit == service.USD {
+		noun = "budget"
+	}
+	if o.LevelName == "" {
+		return fmt.Sprintf("%s %q", noun, o.Name)
+	}
+	return fmt.Sprintf("%s %q %s %q", o.Level, o.LevelName, noun, o.Name)
+}
+
+// exhausted is the message of a denial by o, decided at at, that is not
+// worth waiting for: `team "acme" budget "usd-monthly" exhausted: $50.00 of
+// $50.00 used, resets 2027-01-01T00:00:00Z (in 744h0m0s); this request
+// needs $0.02, so retrying sooner will not succeed.`
+func exhausted(o service.Outcome, at time.Time, wait time.Duration) string {
+	typ, amount := denialTerms(o.Unit)
+	counted := func(n int64) string { return amount(n) + " " + typ }
+	if o.Unit == service.USD {
+		counted = amount
+	}
+	return fmt.Sprintf("%s exhausted: %s of %s used, resets %s (in %s); this request needs %s, so retrying sooner will not succeed.",
+		denier(o), amount(o.Limit-o.Remaining), counted(o.Limit), ratelimitheader.ResetTime(at, wait), wait, counted(o.Cost))
 }
 
 // denialTerms returns how a 429 names what a limit counting u counts (its
 // error type) and writes an amount of it.
 func denialTerms(u service.Unit) (string, func(int64) string) {
-	switch u {
-	case service.Tokens:
+	switch {
+	case u.IsTokens():
 		return "tokens", func(n int64) string { return strconv.FormatInt(n, 10) }
-	case service.USD:
+	case u == service.USD:
 		return "usd", func(n int64) string { return "$" + config.FormatUSD(n) }
 	}
 	return "requests", func(n int64) string { return strconv.FormatInt(n, 10) }

@@ -279,3 +279,37 @@ func testService(t *testing.T) *service.Service {
 	cfg := testkit.ParseConfig(t, "limits: [{name: t, algorithm: token_bucket, capacity: 1000, refill: 1000/min}]")
 	return testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: cfg, Clock: time.Now}).Service
 }
+
+// TestDenialNamesLevel: a 429's message names the denying limit and where
+// it comes from; a budget not worth waiting for reads as the issue's
+// example: its level, its name, used of limit and when it resets.
+func TestDenialNamesLevel(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 31, 10, 0, 0, 0, time.UTC)
+	usd := service.Outcome{Name: "usd-monthly", Level: service.LevelTeam, LevelName: "acme", Unit: service.USD, Cost: 20_000,
+		Result: tokenlimit.Result{Limit: 50_000_000, Remaining: 0}}
+	want := `team "acme" budget "usd-monthly" exhausted: $50.00 of $50.00 used, resets 2027-01-01T00:00:00Z (in 14h0m0s); ` +
+		`this request needs $0.02, so retrying sooner will not succeed.`
+	if got := exhausted(usd, at, 14*time.Hour); got != want {
+		t.Errorf("exhausted:\n got %s\nwant %s", got, want)
+	}
+	tokens := service.Outcome{Name: "tpm", Level: service.LevelKey, LevelName: "ci bot", Unit: service.Tokens, Cost: 109,
+		Result: tokenlimit.Result{Limit: 1000, Remaining: 41}}
+	want = `key "ci bot" limit "tpm" exhausted: 959 of 1000 tokens used, resets 2026-12-31T10:30:00Z (in 30m0s); ` +
+		`this request needs 109 tokens, so retrying sooner will not succeed.`
+	if got := exhausted(tokens, at, 30*time.Minute); got != want {
+		t.Errorf("exhausted:\n got %s\nwant %s", got, want)
+	}
+	for _, c := range []struct {
+		o    service.Outcome
+		want string
+	}{
+		{service.Outcome{Name: "rpm", Level: service.LevelPlan, LevelName: "pro", Unit: service.Requests}, `plan "pro" limit "rpm"`},
+		{service.Outcome{Name: "rpm", Level: service.LevelPlan, Unit: service.Requests}, `limit "rpm"`},
+		{service.Outcome{Name: "team-usd", Level: service.LevelTeam, LevelName: "acme", Unit: service.USD}, `team "acme" budget "team-usd"`},
+	} {
+		if got := denier(c.o); got != c.want {
+			t.Errorf("denier(%+v) = %s, want %s", c.o, got, c.want)
+		}
+	}
+}

@@ -414,7 +414,7 @@ func TestInFlightLimit(t *testing.T) {
 		}
 		assertUsed(t, e.used(alice, "gpt-4o"), map[string]int64{"in-flight-per-key": 3})
 		resp, body := e.post("/v1/chat/completions", alice, chatBody)
-		want := `{"error":{"message":"Too many requests in flight for in-flight-per-key: Limit 3, In flight 3. Please try again in 1s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n"
+		want := `{"error":{"message":"Too many requests in flight for plan \"pro\" limit \"in-flight-per-key\": Limit 3, In flight 3. Please try again in 1s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Errorf("fourth: status %d, body %s; want 429, %s", resp.StatusCode, body, want)
 		}

@@ -45,16 +45,16 @@ func TestLongWaitSaysDoNotRetry(t *testing.T) {
 		useUp(t, e, alice, "/v1/chat/completions", chatBody, 41)
 
 		resp, body := e.post("/v1/chat/completions", alice, chatBody)
-		want := `{"error":{"message":"Quota exceeded for tokens-per-key-hour on tokens: Limit 1000, Used 959, Requested 109. ` +
-			`It resets in 30m0s, at 2026-01-15T10:00:00Z; retrying sooner will not succeed.","type":"tokens","param":null,"code":"insufficient_quota"}}` + "\n"
+		want := `{"error":{"message":"limit \"tokens-per-key-hour\" exhausted: 959 of 1000 tokens used, resets 2026-01-15T10:00:00Z (in 30m0s); ` +
+			`this request needs 109 tokens, so retrying sooner will not succeed.","type":"tokens","param":null,"code":"insufficient_quota"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("status %d, body %s; want 429, %s", resp.StatusCode, body, want)
 		}
 		assertHeaders(t, resp.Header, map[string]string{"X-Should-Retry": "false", "Retry-After": "1800", "Retry-After-Ms": ""})
 
 		resp, body = e.post("/v1/messages", alice, msgBody)
-		want = `{"type":"error","error":{"type":"rate_limit_error","message":"Quota exceeded for tokens-per-key-hour on tokens: Limit 1000, Used 959, Requested ` +
-			itoa(msgPrompt(t)+100) + `. It resets in 30m0s, at 2026-01-15T10:00:00Z; retrying sooner will not succeed."}}` + "\n"
+		want = `{"type":"error","error":{"type":"rate_limit_error","message":"limit \"tokens-per-key-hour\" exhausted: 959 of 1000 tokens used, ` +
+			`resets 2026-01-15T10:00:00Z (in 30m0s); this request needs ` + itoa(msgPrompt(t)+100) + ` tokens, so retrying sooner will not succeed."}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("messages: status %d, body %s; want 429, %s", resp.StatusCode, body, want)
 		}
@@ -64,7 +64,7 @@ func TestLongWaitSaysDoNotRetry(t *testing.T) {
 		patient := newEnv(t, store, withConfig(hourlyConfig), withOptions(func(o *proxy.Options) { o.MaxRetryWait = time.Hour }))
 		useUp(t, patient, alice, "/v1/chat/completions", chatBody, 41)
 		resp, body = patient.post("/v1/chat/completions", alice, chatBody)
-		want = `{"error":{"message":"Rate limit reached for tokens-per-key-hour on tokens: Limit 1000, Used 959, Requested 109. Please try again in 30m0s.",` +
+		want = `{"error":{"message":"Rate limit reached for limit \"tokens-per-key-hour\" on tokens: Limit 1000, Used 959, Requested 109. Please try again in 30m0s.",` +
 			`"type":"tokens","param":null,"code":"rate_limit_exceeded"}}` + "\n"
 		if resp.StatusCode != http.StatusTooManyRequests || body != want {
 			t.Fatalf("MaxRetryWait 1h: status %d, body %s; want 429, %s", resp.StatusCode, body, want)

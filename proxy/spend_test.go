@@ -117,7 +117,7 @@ func TestSpendBudgetDenies(t *testing.T) {
 		// left, until midnight: too long to retry.
 		resp, body := e.post("/v1/chat/completions", alice, `{"model":"gpt-4o","max_tokens":2000,"messages":[{"role":"user","content":"Say hello"}]}`)
 		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body,
-			`"message":"Quota exceeded for spend-per-key on usd: Limit $5.00, Used $4.99, Requested $0.020023. It resets in 14h30m0s, at 2026-01-16T00:00:00Z; `) ||
+			`"message":"budget \"spend-per-key\" exhausted: $4.99 of $5.00 used, resets 2026-01-16T00:00:00Z (in 14h30m0s); this request needs $0.020023, `) ||
 			resp.Header.Get("X-Ratelimit-Remaining-Usd") != "0.01" {
 			t.Errorf("status %d, body %s, headers %v; want a 429 in dollars", resp.StatusCode, body, resp.Header)
 		}
