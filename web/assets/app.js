@@ -20,9 +20,13 @@
   // its column's header (data-label), which a phone-width screen shows
   // beside the value when the table stacks (see .stack in app.css).
   function setRows(table, rows) {
-    const heads = Array.from(table.tHead.rows[0].cells, (th) => th.textContent);
-    for (const tr of rows) Array.from(tr.cells).forEach((c, i) => c.setAttribute('data-label', heads[i] || ''));
+    for (const tr of rows) labelCells(table, tr.cells);
     table.tBodies[0].replaceChildren(...rows);
+  }
+  // labelCells labels the cells of a row of table, the first one first.
+  function labelCells(table, cells) {
+    const heads = table.tHead.rows[0].cells;
+    Array.from(cells).forEach((c, i) => c.setAttribute('data-label', heads[i] ? heads[i].textContent : ''));
   }
   function svg(tag, attrs = {}) {
     const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
@@ -466,24 +470,28 @@
         .sort((a, b) => a.name.localeCompare(b.name) || a.id.localeCompare(b.id));
       const shown = hits.slice(0, MAX_ROWS);
       const usages = await Promise.all(shown.map((r) => call('GET', `${o.path}/${encodeURIComponent(r.id)}/usage`).catch((e) => e)));
-      const seen = new Set();
+      const table = $(id('table')), seen = new Set();
+      // A row is built once per version of its record; a refresh replaces
+      // only the cells that changed, and moves no row that stays in place,
+      // so that a button being clicked is never taken out of the page.
       const trs = shown.map((r, i) => {
         seen.add(r.id);
+        const cells = [...o.cells(r, ctx), budgetsCell(usages[i]), spendCell(usages[i])];
+        labelCells(table, cells);
         let row = rows.get(r.id);
         if (!row || row.version !== r.version) {
-          const tr = el('tr', { 'data-id': r.id, 'data-name': r.name });
-          row = { tr, version: r.version };
+          const actions = el('td', { class: 'actions' }, ...o.actions(r));
+          row = { tr: el('tr', { 'data-id': r.id, 'data-name': r.name }, ...cells, actions), version: r.version };
+          labelCells(table, row.tr.cells);
           rows.set(r.id, row);
+          return row.tr;
         }
-        // Every cell is built again but the actions', whose buttons stay
-        // the same elements while the record's version does.
-        const actions = row.tr.querySelector('td.actions') || el('td', { class: 'actions' }, ...o.actions(r));
-        row.tr.replaceChildren(...o.cells(r, ctx), budgetsCell(usages[i]), spendCell(usages[i]), actions);
+        cells.forEach((c, j) => { if (row.tr.cells[j].outerHTML !== c.outerHTML) row.tr.cells[j].replaceWith(c); });
         return row.tr;
       });
       for (const k of rows.keys()) if (!seen.has(k)) rows.delete(k);
-      const table = $(id('table'));
-      setRows(table, trs);
+      const body = table.tBodies[0];
+      if (trs.length !== body.rows.length || trs.some((tr, i) => body.rows[i] !== tr)) body.replaceChildren(...trs);
       table.hidden = !trs.length;
       const noun = o.name === 'keys' ? 'key' : 'team';
       let summary = `${hits.length} of ${all.length} ${noun}${all.length === 1 ? '' : 's'}`;
