@@ -67,3 +67,34 @@ func CheckInOneCall(s *Store, now time.Time, items [][]tokenlimit.Item, results 
 func RefundOnce(s *Store, ctx context.Context, now time.Time, adjustments []tokenlimit.Adjustment) error {
 	return s.adjustOnce(ctx, now, adjustments, refundSc)
 }
+
+// ReserveInOneCall makes reservations (reqs[i], into results[i]) in one
+// call, as a batch of len(reqs) reservations that queued together would
+// be, at the server's time unless s decides at the caller's (then at now).
+func ReserveInOneCall(s *Store, now time.Time, reqs []tokenlimit.ReserveRequest, results [][]tokenlimit.Result) ([]tokenlimit.ReserveOutcome, error) {
+	jobs := make([]*reserveJob, len(reqs))
+	for i := range jobs {
+		jobs[i] = &reserveJob{queuedCall: queuedCall{ctx: context.Background(), now: now}, req: reqs[i], results: results[i]}
+	}
+	err := s.reserveMany(context.Background(), jobs, &callBuffers{})
+	outs := make([]tokenlimit.ReserveOutcome, len(jobs))
+	for i, j := range jobs {
+		outs[i] = j.outcome
+	}
+	return outs, err
+}
+
+// SettleInOneCall makes settlements in one call, as a batch of len(reqs)
+// settlements that queued together would be.
+func SettleInOneCall(s *Store, now time.Time, reqs []tokenlimit.SettleRequest) ([]tokenlimit.SettleStatus, error) {
+	jobs := make([]*settleJob, len(reqs))
+	for i := range jobs {
+		jobs[i] = &settleJob{queuedCall: queuedCall{ctx: context.Background(), now: now}, req: reqs[i]}
+	}
+	err := s.settleMany(context.Background(), jobs, &callBuffers{})
+	statuses := make([]tokenlimit.SettleStatus, len(jobs))
+	for i, j := range jobs {
+		statuses[i] = j.status
+	}
+	return statuses, err
+}
