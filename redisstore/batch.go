@@ -99,15 +99,24 @@ func (s *Store) checkJobAlone(j *checkJob) {
 	j.at, j.err = s.checkOnce(j.ctx, j.now, j.items, j.results)
 }
 
-// callBuffers are what a lane reuses from one batch call to the next: the
-// call's keys (the client copies the slice into its command), the keys'
-// bytes, the buffer its packed argument is built in (the argument is a
-// copy) and its distinct limits.
+// callBuffers are what a call is built in, reused from call to call (a
+// lane's batch calls, and a pool's lone calls: callAlone): the call's keys
+// and arguments (the client copies the slices into its command), the
+// keys' bytes, the buffer its packed argument is built in (the argument is
+// a copy) and its distinct limits.
 type callBuffers struct {
 	keys    []string
+	args    []string
 	keyData callKeys
 	packed  []byte
 	limits  callLimits
+}
+
+// release drops the strings of the last call, so that a pooled buffer
+// keeps none of a caller's keys alive.
+func (b *callBuffers) release() {
+	clear(b.keys)
+	clear(b.args)
 }
 
 // checkMany runs check.lua on jobs and writes each job's results and
@@ -153,26 +162,28 @@ func (s *Store) packChecks(jobs []*checkJob, bufs *callBuffers) (keys, args []st
 		bufs.keyData.add(s, j.items)
 	}
 	nv += 1 + 4*len(limits.limits)
-	packed := appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv)
-	packed = appendInt(packed, int64(len(limits.limits)))
-	for _, l := range limits.limits {
-		packed = appendLimit(packed, l)
-	}
-	item := 0
+	packed := limits.appendTo(appendArray(slices.Grow(bufs.packed[:0], 5+nv*5), nv))
+	refs := limits.refs
 	for _, j := range jobs {
-		now := s.packedNow(j.now)
-		if j.callerTime {
-			now = j.now.UnixMicro()
-		}
-		packed = appendInt(appendInt(packed, now), int64(len(j.items)))
-		for _, it := range j.items {
-			packed = appendInt(appendInt(packed, limits.refs[item]), it.Cost)
-			item++
-		}
+		n := len(j.items)
+		packed = appendInt(appendInt(packed, s.packedAt(j.now, j.callerTime)), int64(n))
+		packed = appendRefs(packed, j.items, refs[:n])
+		refs = refs[n:]
 	}
 	keys = bufs.keyData.appendTo(slices.Grow(bufs.keys[:0], nk))
-	bufs.keys, bufs.packed = keys, packed
-	return keys, []string{s.padMs, string(packed)}
+	args = append(bufs.args[:0], s.padMs, string(packed))
+	bufs.keys, bufs.packed, bufs.args = keys, packed, args
+	return keys, args
+}
+
+// packedAt is a job's decision time as the Lua takes it: now in µs when
+// the store decides at the caller's time or callerTime is set, else
+// serverTime.
+func (s *Store) packedAt(now time.Time, callerTime bool) int64 {
+	if s.caller || callerTime {
+		return now.UnixMicro()
+	}
+	return serverTime
 }
 
 // clusterSlots is the number of Redis Cluster hash slots.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,5 +272,60 @@ func TestReservesQueuedBehindCallsShareOneCall(t *testing.T) {
 	}
 	if results[0].Remaining != 5 {
 		t.Errorf("%d left after every reservation was refunded, want 5", results[0].Remaining)
+	}
+}
+
+// A call of several reservations answers each as calls of their own would
+// (on a second namespace set up alike), whatever the statuses before it: a
+// replay, a conflict and a tombstone (whose items' keys the call skips), a
+// denial, then two that reserve on keys the replayed one charged (a
+// sliding log's two keys among them).
+func TestReserveCallOfEveryStatus(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	log, bucket := tokenlimit.SlidingLogLimit(10, time.Minute), tokenlimit.TokenBucketLimit(10, 1, time.Hour)
+	req := func(id string, logCost, bucketCost int64) tokenlimit.ReserveRequest {
+		return tokenlimit.ReserveRequest{ID: id, TTL: time.Hour, Items: []tokenlimit.Item{
+			{Key: "{a}", Limit: log, Cost: logCost}, {Key: "{a}", Limit: bucket, Cost: bucketCost},
+		}, Rules: []tokenlimit.SettleRule{tokenlimit.SettleActual, tokenlimit.SettleKeep}}
+	}
+	open := func() *redisstore.Store {
+		st := newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(newPrefix()))
+		for _, r := range []tokenlimit.ReserveRequest{req("replayed", 3, 1), req("conflict", 1, 1)} {
+			if out, err := st.Reserve(ctx, storetest.Base, r, make([]tokenlimit.Result, 2)); err != nil || out.Status != tokenlimit.Reserved {
+				t.Fatalf("reserve %s: %+v, %v", r.ID, out, err)
+			}
+		}
+		if s, err := st.Settle(ctx, storetest.Base, tokenlimit.SettleRequest{ID: "closed", TTL: time.Hour}); err != nil || s != tokenlimit.UnknownReservation {
+			t.Fatalf("settle of no reservation: %s, %v", s, err)
+		}
+		return st
+	}
+	reqs := []tokenlimit.ReserveRequest{
+		req("replayed", 3, 1), req("conflict", 2, 1), req("closed", 1, 1), req("denied", 7, 1), req("fresh", 2, 3), req("fresh-2", 1, 1),
+	}
+	want := []tokenlimit.ReserveStatus{tokenlimit.Replayed, tokenlimit.Conflict, tokenlimit.Closed, tokenlimit.Denied, tokenlimit.Reserved, tokenlimit.Reserved}
+	results := make([][]tokenlimit.Result, len(reqs))
+	for i := range results {
+		results[i] = make([]tokenlimit.Result, 2)
+	}
+	outs, err := redisstore.ReserveInOneCall(open(), storetest.Base, reqs, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 - 3 (replayed) - 1 (conflict) - 2 (fresh) - 1 (fresh-2) left in the log.
+	if got := results[5][0].Remaining; got != 3 {
+		t.Errorf("fresh-2's log: %d left, want 3 (its own keys read after the skipped ones)", got)
+	}
+	lone := open()
+	for i, r := range reqs {
+		alone := make([]tokenlimit.Result, 2)
+		out, err := lone.Reserve(ctx, storetest.Base, r, alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outs[i].Status != want[i] || out != outs[i] || !slices.Equal(alone, results[i]) {
+			t.Errorf("%s in one call: %+v %+v; alone: %+v %+v; want %s", r.ID, outs[i], results[i], out, alone, want[i])
+		}
 	}
 }

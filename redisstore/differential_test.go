@@ -85,9 +85,8 @@ func runProgram(t *testing.T, mem, red tokenlimit.Store, limitIndex uint8, progr
 }
 
 // newPair opens the memory store and a Redis store that runs Redis
-// Functions or, if scriptsOnly, scripts (EVALSHA), deciding every check with
-// the batch script if batchScript.
-func newPair(t *testing.T, srv *redistest.Server, batchScript, scriptsOnly bool) (mem, red tokenlimit.Store) {
+// Functions or, if scriptsOnly, scripts (EVALSHA).
+func newPair(t *testing.T, srv *redistest.Server, scriptsOnly bool) (mem, red tokenlimit.Store) {
 	m, err := memstore.New(memstore.Options{SweepInterval: 1000 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -95,9 +94,6 @@ func newPair(t *testing.T, srv *redistest.Server, batchScript, scriptsOnly bool)
 	// Neither store deletes anything by expiry during a program: the memory
 	// store never sweeps, and Redis keys are padded far beyond the test.
 	r := newStore(t, goredisclient.New(goRedisClient(t, srv.Addr())), callerTime(newPrefix()))
-	if batchScript {
-		r = redisstore.BatchScriptAlways(r)
-	}
 	if scriptsOnly {
 		r = redisstore.ScriptsOnly(r)
 	}
@@ -112,8 +108,8 @@ func FuzzDifferential(f *testing.F) {
 	f.Add(uint8(3), []byte{0, 10, 0, 0, 1, 0, 1, 3, 0, 9, 1, 7, 2, 0, 5, 1, 11, 0})
 	f.Add(uint8(5), []byte{0, 5, 0, 0, 5, 0, 13, 1, 6, 1, 2, 4, 3, 0, 5})
 	f.Fuzz(func(t *testing.T, limitIndex uint8, program []byte) {
-		for mode := range 4 {
-			mem, red := newPair(t, srv, mode%2 == 1, mode >= 2)
+		for _, scriptsOnly := range []bool{false, true} {
+			mem, red := newPair(t, srv, scriptsOnly)
 			runProgram(t, mem, red, limitIndex, program)
 		}
 	})
@@ -121,8 +117,7 @@ func FuzzDifferential(f *testing.F) {
 
 // TestDifferentialRandomPrograms runs seeded random programs on every limit,
 // so that plain `go test` covers far more than the fuzz seeds; every other
-// program decides its checks with the batch script, and every other pair
-// of programs runs scripts (EVALSHA) instead of Redis Functions.
+// pair of programs runs scripts (EVALSHA) instead of Redis Functions.
 func TestDifferentialRandomPrograms(t *testing.T) {
 	srv := redistest.Start(t)
 	rng := rand.New(rand.NewPCG(2026, 11))
@@ -136,7 +131,7 @@ func TestDifferentialRandomPrograms(t *testing.T) {
 		}
 		t.Run("", func(t *testing.T) {
 			t.Parallel()
-			mem, red := newPair(t, srv, n%2 == 1, n%4 >= 2)
+			mem, red := newPair(t, srv, n%4 >= 2)
 			runProgram(t, mem, red, uint8(n), program)
 		})
 	}
@@ -158,7 +153,7 @@ func TestDifferentialBatchCalls(t *testing.T) {
 		limitOf = append(limitOf, tokenlimit.TokenBucketLimit(int64(3+i), int64(5+2*i), time.Second))
 	}
 	for n := range 24 {
-		mem, red := newPair(t, srv, false, n%2 == 1)
+		mem, red := newPair(t, srv, n%2 == 1)
 		now := storetest.Base
 		for round := range 40 {
 			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)

@@ -5,19 +5,11 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/storekit"
 )
 
 // BatchLanes is how many calls one lane keeps in flight.
 const BatchLanes = batchLanes
-
-// BatchScriptAlways makes every reservation and settlement of s run
-// through the batch scripts, a lone one too, so that the suites exercise
-// them on every call rather than only when calls happen to queue (a check
-// always runs check.lua, a lone one as a call of one).
-func BatchScriptAlways(s *Store) *Store {
-	s.batchScriptAlways = true
-	return s
-}
 
 // QueuedChecks is how many checks wait for a call of s (not on a Cluster).
 func QueuedChecks(s *Store) int {
@@ -74,7 +66,7 @@ func RefundOnce(s *Store, ctx context.Context, now time.Time, adjustments []toke
 func ReserveInOneCall(s *Store, now time.Time, reqs []tokenlimit.ReserveRequest, results [][]tokenlimit.Result) ([]tokenlimit.ReserveOutcome, error) {
 	jobs := make([]*reserveJob, len(reqs))
 	for i := range jobs {
-		jobs[i] = &reserveJob{queuedCall: queuedCall{ctx: context.Background(), now: now}, req: reqs[i], results: results[i]}
+		jobs[i] = &reserveJob{queuedCall: queuedCall{ctx: context.Background(), now: now}, req: reqs[i], digest: storekit.Digest(reqs[i]), results: results[i]}
 	}
 	err := s.reserveMany(context.Background(), jobs, &callBuffers{})
 	outs := make([]tokenlimit.ReserveOutcome, len(jobs))

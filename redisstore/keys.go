@@ -65,6 +65,13 @@ func (k *callKeys) add(s *Store, items []tokenlimit.Item) {
 	}
 }
 
+// addRecord adds the Redis key of id's reservation record: on Cluster the
+// one in slot slot (appendRecordKey).
+func (k *callKeys) addRecord(s *Store, slot uint16, id string) {
+	k.buf = s.appendRecordKey(k.buf, s.cluster, slot, id)
+	k.ends = append(k.ends, len(k.buf))
+}
+
 // appendTo appends the keys added since the last appendTo to keys, and
 // empties k.
 func (k *callKeys) appendTo(keys []string) []string {

@@ -6,11 +6,11 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 )
 
-// The checks and reservations pass their items' numbers (algorithm,
-// parameters, cost) as one argument: a MessagePack array of integers, which
-// the Lua decodes in one call (cmsgpack.unpack). One decimal argument per
-// number cost Redis a string and a tonumber per value, and the client a
-// string each.
+// Checks, reservations and settlements pass their numbers (times, the
+// items' algorithms, parameters and costs, a settlement's amounts) as one
+// argument: a MessagePack array of integers, which the Lua decodes in one
+// call (cmsgpack.unpack). One decimal argument per number cost Redis a
+// string and a tonumber per value, and the client a string each.
 
 // serverTime stands for "the server's TIME" where a packed time would be.
 const serverTime = -1
@@ -52,11 +52,6 @@ func limitParams(l tokenlimit.Limit) (p1, p2, p3 int64) {
 	return l.Quota, l.Period.Microseconds(), l.Offset.Microseconds()
 }
 
-// appendItem adds an item's 5 values: algorithm, parameters, cost.
-func appendItem(b []byte, l tokenlimit.Limit, cost int64) []byte {
-	return appendInt(appendLimit(b, l), cost)
-}
-
 // appendLimit adds a limit's 4 values: algorithm and parameters.
 func appendLimit(b []byte, l tokenlimit.Limit) []byte {
 	p1, p2, p3 := limitParams(l)
@@ -89,6 +84,25 @@ func (c *callLimits) add(l tokenlimit.Limit) {
 	}
 	c.limits = append(c.limits, l)
 	c.refs = append(c.refs, limitRef(len(c.limits)-1))
+}
+
+// appendTo adds the number of c's limits and each limit's 4 values: the
+// start of check.lua's and reserve.lua's packed array.
+func (c *callLimits) appendTo(b []byte) []byte {
+	b = appendInt(b, int64(len(c.limits)))
+	for _, l := range c.limits {
+		b = appendLimit(b, l)
+	}
+	return b
+}
+
+// appendRefs adds 2 values per item: where its limit's values start
+// (refs[i], callLimits.refs) and its cost.
+func appendRefs(b []byte, items []tokenlimit.Item, refs []int64) []byte {
+	for i, it := range items {
+		b = appendInt(appendInt(b, refs[i]), it.Cost)
+	}
+	return b
 }
 
 // limitRef is where the i-th limit's values start in the packed array:

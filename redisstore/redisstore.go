@@ -69,7 +69,7 @@ type Options struct {
 	// flight are decided together in the next call, each still all or
 	// nothing and in arrival order, which shares one call's cost among
 	// them; a lone caller waits for nothing (batch.go). Reservations and
-	// settlements are batched alike, except on Cluster (reserve_batch.go).
+	// settlements are batched alike, except on Cluster (records.go).
 	Unbatched bool
 	// TTLPadding is added to every key's TTL. Keys always expire as soon as
 	// their state is empty; padding only matters when the caller's clock
@@ -98,36 +98,30 @@ type Store struct {
 	padMs   string
 	// batch queues checks per slot, records the reservations and
 	// settlements (not on Cluster); both nil when Options.Unbatched.
-	batch   *batchers
-	records *recordLanes
-	// batchScriptAlways makes even a lone reservation or settlement run the
-	// batch script, so
-	// that the test suites exercise it on every decision (export_test.go).
-	batchScriptAlways bool
-	refundTO          time.Duration
+	batch    *batchers
+	records  *recordLanes
+	refundTO time.Duration
 	// legacy is set once the server could not compile a script's "#!lua"
 	// line (older than Redis 7): scripts run without it from then on.
 	legacy atomic.Bool
-	// lone holds the *loneCall a check made in a call of its own is built
-	// in.
-	lone sync.Pool
+	// lone holds, per kind of job, the *loneCall a job made in a call of
+	// its own is built in (callAlone).
+	lone struct{ checks, reserves, settles sync.Pool }
 }
 
 // The entry points as the store calls them, and the library that holds
 // them all.
 var (
-	lib            = buildLibrary()
-	checkSc        = newScript(lib, checkEntry)
-	adjustSc       = newScript(lib, adjustEntry)
-	refundSc       = newScript(lib, refundEntry)
-	undoSettleSc   = newScript(lib, undoSettleEntry)
-	resetSc        = newScript(lib, resetEntry)
-	entriesSc      = newScript(lib, entriesEntry)
-	reserveSc      = newScript(lib, reserveEntry)
-	settleSc       = newScript(lib, settleEntry)
-	claimSc        = newScript(lib, claimEntry)
-	reserveBatchSc = newScript(lib, reserveBatchEntry)
-	settleBatchSc  = newScript(lib, settleBatchEntry)
+	lib          = buildLibrary()
+	checkSc      = newScript(lib, checkEntry)
+	adjustSc     = newScript(lib, adjustEntry)
+	refundSc     = newScript(lib, refundEntry)
+	undoSettleSc = newScript(lib, undoSettleEntry)
+	resetSc      = newScript(lib, resetEntry)
+	entriesSc    = newScript(lib, entriesEntry)
+	reserveSc    = newScript(lib, reserveEntry)
+	settleSc     = newScript(lib, settleEntry)
+	claimSc      = newScript(lib, claimEntry)
 )
 
 var (
@@ -168,7 +162,6 @@ func New(client Scripter, opts Options) (*Store, error) {
 		padMs:    strconv.FormatInt(opts.TTLPadding.Milliseconds(), 10),
 		refundTO: opts.RefundTimeout,
 	}
-	s.lone.New = func() any { return new(loneCall) }
 	if fc, ok := client.(FunctionCaller); ok {
 		s.fn = &functions{fc: fc, lib: lib}
 	}
@@ -206,32 +199,14 @@ func (s *Store) checkOnce(ctx context.Context, now time.Time, items []tokenlimit
 }
 
 // checkAt is checkOnce deciding at now when callerTime, else at the
-// server's TIME: a call of check.lua with one check.
+// server's TIME: a call of check.lua with one check, built in pooled
+// buffers (callAlone).
 func (s *Store) checkAt(ctx context.Context, now time.Time, callerTime bool, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	c := s.lone.Get().(*loneCall)
-	c.job = checkJob{queuedCall: queuedCall{ctx: ctx, now: now}, items: items, results: results, callerTime: callerTime}
-	c.jobs[0] = &c.job
-	err := s.checkMany(ctx, c.jobs[:], &c.bufs)
-	at := c.job.at
-	c.job = checkJob{} // keep nothing of the caller's in the pool
-	clear(c.bufs.keys)
-	s.lone.Put(c)
+	done, err := callAlone(ctx, &s.lone.checks, checkJob{queuedCall: queuedCall{ctx: ctx, now: now}, items: items, results: results, callerTime: callerTime}, s.checkMany)
 	if err != nil {
 		return now, err
 	}
-	return at, nil
-}
-
-// loneCall is what a check made in a call of its own is built in, kept
-// from call to call (Store.lone): a call of one check needs a batch call's
-// buffers, and a lone check is the common case (BenchmarkCheck's
-// limits=1/callers=1: 14 allocations a check without it, 6 with it). The
-// client copies the keys and the packed argument into its command, so the
-// buffers are free again once the call returns.
-type loneCall struct {
-	job  checkJob
-	jobs [1]*checkJob
-	bufs callBuffers
+	return done.at, nil
 }
 
 // Adjust implements tokenlimit.Store in one script call.
@@ -305,12 +280,8 @@ func (s *Store) LogEntries(ctx context.Context, key string, limit tokenlimit.Lim
 // header starts a script's ARGV: the caller's time or "" for server time,
 // and the TTL padding.
 func (s *Store) header(now time.Time, more int) []string {
-	return s.headerAt(now, s.caller, more)
-}
-
-func (s *Store) headerAt(now time.Time, callerTime bool, more int) []string {
 	args := make([]string, 2, 2+more)
-	if callerTime {
+	if s.caller {
 		args[0] = strconv.FormatInt(now.UnixMicro(), 10)
 	}
 	args[1] = s.padMs

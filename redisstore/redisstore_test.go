@@ -88,40 +88,16 @@ func TestConformanceRueidis(t *testing.T) {
 	}))
 }
 
-// TestConformanceBatchScript makes every reservation and settlement, lone
-// ones too, with the batch scripts (reserve_batch.lua, settle_batch.lua),
-// which otherwise run only when calls queue behind one in flight.
-func TestConformanceBatchScript(t *testing.T) {
-	srv := redistest.Start(t)
-	storetest.Run(t, func(t *testing.T) storetest.Env {
-		prefix := newPrefix()
-		inspect := goRedisClient(t, srv.Addr())
-		return storetest.Env{
-			Replica: func() tokenlimit.Store {
-				return redisstore.BatchScriptAlways(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)))
-			},
-			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
-			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },
-		}
-	})
-}
-
 // TestConformanceScripts runs the suite on the fallback for servers without
-// Redis Functions: every call a script (EVALSHA), lone reservations and
-// settlements with the batch scripts on every other replica.
+// Redis Functions: every call a script (EVALSHA).
 func TestConformanceScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T) storetest.Env {
 		prefix := newPrefix()
 		inspect := goRedisClient(t, srv.Addr())
-		var n atomic.Int64
 		return storetest.Env{
 			Replica: func() tokenlimit.Store {
-				st := redisstore.ScriptsOnly(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)))
-				if n.Add(1)%2 == 0 {
-					st = redisstore.BatchScriptAlways(st)
-				}
-				return st
+				return redisstore.ScriptsOnly(newStore(t, rueidisclient.New(rueidisClient(t, srv.Addr())), callerTime(prefix)))
 			},
 			CheckKeys:    func(t *testing.T) { assertEveryKeyHasTTL(t, inspect, prefix) },
 			FlushScripts: func(t *testing.T) { flushScripts(t, srv) },

@@ -14,13 +14,18 @@ var _ tokenlimit.Reserver = (*Store)(nil)
 
 // RecordKey returns the Redis key of the reservation record of id on a
 // standalone or Sentinel Redis: "rl:rv:{<id>}". (On Cluster a reservation
-// has one record per slot of its items, found through a pointer in the
-// id's slot.)
-func (s *Store) RecordKey(id string) string { return s.prefix + "rv:{" + id + "}" }
+// has one record per slot of its items, "rl:rv:{<the slot's tag>}:<id>",
+// found through a pointer in the id's slot.)
+func (s *Store) RecordKey(id string) string { return string(s.appendRecordKey(nil, false, 0, id)) }
 
-// slotRecordKey is the key of id's record in Redis Cluster slot slot.
-func (s *Store) slotRecordKey(slot uint16, id string) string {
-	return s.prefix + "rv:{" + slotTag(slot) + "}:" + id
+// appendRecordKey appends the key of id's record to b: RecordKey's, or if
+// inSlot its record's in Redis Cluster slot slot.
+func (s *Store) appendRecordKey(b []byte, inSlot bool, slot uint16, id string) []byte {
+	b = append(append(b, s.prefix...), "rv:{"...)
+	if inSlot {
+		return append(append(append(b, slotTag(slot)...), "}:"...), id...)
+	}
+	return append(append(b, id...), '}')
 }
 
 // pointerKey is the key, in id's slot, of the pointer to the records of
@@ -28,7 +33,8 @@ func (s *Store) slotRecordKey(slot uint16, id string) string {
 func (s *Store) pointerKey(id string) string { return s.prefix + "rvp:{" + id + "}" }
 
 // Reserve implements tokenlimit.Reserver in one script call that checks,
-// charges and records. On Redis Cluster it takes one call to claim the id
+// charges and records, which it may share with other reservations (see
+// Options.Unbatched). On Redis Cluster it takes one call to claim the id
 // (a pointer in the id's slot) and one per slot of the items; see
 // docs/operations.md for what that guarantees.
 func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
@@ -41,62 +47,12 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, req tokenlimit.Reser
 	if s.records != nil {
 		return s.reserveBatched(ctx, now, req, results)
 	}
-	return s.reserveAt(ctx, now, s.caller, s.RecordKey(req.ID), storekit.Digest(req), req.TTL, req.Items, rulesOf(req), results)
-}
-
-// rulesOf returns one rule per item.
-func rulesOf(req tokenlimit.ReserveRequest) []tokenlimit.SettleRule {
-	rules := make([]tokenlimit.SettleRule, len(req.Items))
-	for i := range rules {
-		rules[i] = storekit.Rule(req, i)
-	}
-	return rules
-}
-
-// reserveAt runs reserve.lua: items (sharing a slot on Cluster) checked,
-// charged and recorded at record.
-func (s *Store) reserveAt(ctx context.Context, now time.Time, callerTime bool, record, digest string, ttl time.Duration,
-	items []tokenlimit.Item, rules []tokenlimit.SettleRule, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	keys := make([]string, 1, len(items)+2)
-	keys[0] = record
-	packed := appendArray(make([]byte, 0, 5+len(items)*26), 6*len(items))
-	for _, it := range items {
-		keys = s.appendKeys(keys, it.Key, it.Limit.Algorithm)
-		packed = appendItem(packed, it.Limit, it.Cost)
-	}
-	for _, rule := range rules {
-		packed = appendInt(packed, int64(rule))
-	}
-	args := append(s.headerAt(now, callerTime, 3), digest, strconv.FormatInt(ttl.Microseconds(), 10), string(packed))
-	reply, err := s.runIdempotent(ctx, reserveSc, keys, args)
-	if err != nil {
-		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: %w", err)
-	}
-	return reserveOutcome(items, results, reply)
-}
-
-// reserveOutcome reads reserve.lua's reply for items into results.
-func reserveOutcome(items []tokenlimit.Item, results []tokenlimit.Result, reply []int64) (tokenlimit.ReserveOutcome, error) {
-	if len(reply) < 2 {
-		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply has %d values, want at least 2", len(reply))
-	}
-	out := tokenlimit.ReserveOutcome{Status: tokenlimit.ReserveStatus(reply[1]), At: time.UnixMicro(reply[0])}
-	switch out.Status {
-	case tokenlimit.Conflict, tokenlimit.Closed:
-		storekit.NoCharge(items, results)
-		return out, nil
-	case tokenlimit.Reserved, tokenlimit.Replayed, tokenlimit.Denied:
-	default:
-		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: unknown status %d", reply[1])
-	}
-	if r, err := readResults(items, results, reply, 2); err != nil || r != len(reply) {
-		return tokenlimit.ReserveOutcome{}, fmt.Errorf("redisstore: reserve: reply of %d values does not hold %d results", len(reply), len(items))
-	}
-	return out, nil
+	return s.reserveAt(ctx, reserveJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req, digest: storekit.Digest(req), results: results})
 }
 
 // Settle implements tokenlimit.Reserver in one script call that reads the
-// record, applies the differences and marks it settled. On Redis Cluster it
+// record, applies the differences and marks it settled, which it may share
+// with other settlements (see Options.Unbatched). On Redis Cluster it
 // takes one call to read the pointer and one per slot of the items.
 func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	if err := req.Validate(); err != nil {
@@ -108,49 +64,7 @@ func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.Settle
 	if s.records != nil {
 		return s.settleBatched(ctx, now, req)
 	}
-	return s.settleAt(ctx, now, s.RecordKey(req.ID), req, false)
-}
-
-// settleAt runs settle.lua on record; forget deletes it once refunded.
-func (s *Store) settleAt(ctx context.Context, now time.Time, record string, req tokenlimit.SettleRequest, forget bool) (tokenlimit.SettleStatus, error) {
-	spend := ""
-	if req.Spend != nil {
-		spend = strconv.FormatInt(*req.Spend, 10)
-	}
-	args := append(s.header(now, 6), strconv.FormatInt(req.Actual, 10), flag(req.Cancel),
-		strconv.FormatInt(req.TTL.Microseconds(), 10), flag(forget), spend, measuresArg(req.Measures))
-	sc := settleSc
-	if forget {
-		sc = undoSettleSc // a full Redis runs it too (undoSettleEntry)
-	}
-	reply, err := s.runIdempotent(ctx, sc, []string{record}, args)
-	if err != nil {
-		return 0, fmt.Errorf("redisstore: settle: %w", err)
-	}
-	if len(reply) != 2 || reply[1] < int64(tokenlimit.Settled) || reply[1] > int64(tokenlimit.UnknownReservation) {
-		return 0, fmt.Errorf("redisstore: settle: unexpected reply %v", reply)
-	}
-	return tokenlimit.SettleStatus(reply[1]), nil
-}
-
-// measuresArg writes a settlement's measures as the scripts read them:
-// "m0,m1,...", or "" for none.
-func measuresArg(measures []int64) string {
-	var b []byte
-	for k, m := range measures {
-		if k > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, m, 10)
-	}
-	return string(b)
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
+	return s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req})
 }
 
 // reserveCluster reserves on Redis Cluster: a pointer in the id's slot
@@ -167,7 +81,7 @@ func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimi
 		it := req.Items[group[0]]
 		slots[g] = int64(keySlot(s.Key(it.Key, it.Limit.Algorithm)))
 	}
-	digest, rules := storekit.Digest(req), rulesOf(req)
+	digest := storekit.Digest(req)
 	claim, err := s.pointer(ctx, now, req.ID, "claim", digest, req.TTL, slots)
 	if err != nil {
 		return tokenlimit.ReserveOutcome{}, err
@@ -181,12 +95,17 @@ func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimi
 	out := tokenlimit.ReserveOutcome{Status: tokenlimit.Replayed}
 	at, callerTime := now, s.caller
 	for g, group := range groups {
-		part, partResults := pick(req.Items, group)
-		partRules := make([]tokenlimit.SettleRule, len(group))
-		for j, i := range group {
-			partRules[j] = rules[i]
+		part := tokenlimit.ReserveRequest{ID: req.ID, TTL: req.TTL}
+		var partResults []tokenlimit.Result
+		part.Items, partResults = pick(req.Items, group)
+		if len(req.Rules) > 0 {
+			part.Rules = make([]tokenlimit.SettleRule, len(group))
+			for j, i := range group {
+				part.Rules[j] = req.Rules[i]
+			}
 		}
-		o, err := s.reserveAt(ctx, at, callerTime, s.slotRecordKey(uint16(slots[g]), req.ID), digest, req.TTL, part, partRules, partResults)
+		o, err := s.reserveAt(ctx, reserveJob{queuedCall: queuedCall{ctx: ctx, now: at}, req: part, digest: digest,
+			slot: uint16(slots[g]), callerTime: callerTime, results: partResults})
 		if err != nil {
 			return tokenlimit.ReserveOutcome{}, u.undo(err)
 		}
@@ -237,7 +156,7 @@ func (u *undoer) undo(cause error) error {
 	defer cancel()
 	var err error
 	for _, slot := range u.charged {
-		if _, err = u.s.settleAt(ctx, u.now, u.s.slotRecordKey(slot, u.id), tokenlimit.SettleRequest{ID: u.id, Cancel: true, TTL: u.ttl}, true); err != nil {
+		if err = u.s.undoAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: u.now}, req: tokenlimit.SettleRequest{ID: u.id, TTL: u.ttl}, slot: slot}); err != nil {
 			break
 		}
 	}
@@ -269,7 +188,7 @@ func (s *Store) settleCluster(ctx context.Context, now time.Time, req tokenlimit
 	}
 	status := tokenlimit.UnknownReservation
 	for _, slot := range reply[1:] {
-		st, err := s.settleAt(ctx, now, s.slotRecordKey(uint16(slot), req.ID), req, false)
+		st, err := s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req, slot: uint16(slot)})
 		if err != nil {
 			return 0, err
 		}

@@ -96,8 +96,9 @@ var (
 	// key (a sliding log's refund adds one entry, tens of bytes), so the
 	// slots charged before a full one are put back.
 	refundEntry = entry{name: "refund", fn: "adjust", files: adjustEntry.files, flags: allowOOM}
-	// reserve and settle keep reservations (tokenlimit.Reserver); claim is
-	// the Cluster pointer that finds them by id.
+	// reserve and settle keep reservations (tokenlimit.Reserver), a lone
+	// one as a call of one (records.go); claim is the Cluster pointer that
+	// finds them by id.
 	reserveEntry = entry{name: "reserve", files: withAlgorithms("check_group.lua", "adjust_item.lua", "record.lua", "reserve.lua")}
 	settleEntry  = entry{name: "settle", files: withAlgorithms("adjust_item.lua", "record.lua", "settle.lua")}
 	// undoSettleEntry is settle for cancelling the records a partial
@@ -105,9 +106,6 @@ var (
 	// full Redis too (see refundEntry).
 	undoSettleEntry = entry{name: "undo_settle", fn: "settle", files: settleEntry.files, flags: allowOOM}
 	claimEntry      = entry{name: "claim", files: withAlgorithms("adjust_item.lua", "record.lua", "claim.lua")}
-	// The batches of reservations and of settlements (reserve_batch.go).
-	reserveBatchEntry = entry{name: "reserve_batch", files: withAlgorithms("check_group.lua", "adjust_item.lua", "record.lua", "reserve.lua", "reserve_batch.lua")}
-	settleBatchEntry  = entry{name: "settle_batch", files: withAlgorithms("adjust_item.lua", "record.lua", "settle_batch.lua")}
 	// entries lists a sliding log's entries in its window (read only).
 	entriesEntry = entry{name: "log_entries", files: []string{"lib.lua", "sliding_log.lua", "log_entries.lua"}, flags: noWrites}
 	// resetEntry only deletes, which a full Redis allows.
@@ -116,8 +114,7 @@ var (
 
 // allEntries are the library's entry points.
 var allEntries = []entry{
-	checkEntry, adjustEntry, refundEntry, reserveEntry, reserveBatchEntry, settleEntry, undoSettleEntry,
-	settleBatchEntry, claimEntry, entriesEntry, resetEntry,
+	checkEntry, adjustEntry, refundEntry, reserveEntry, settleEntry, undoSettleEntry, claimEntry, entriesEntry, resetEntry,
 }
 
 // library is the Redis Functions library of every entry point: its name,

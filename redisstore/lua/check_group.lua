@@ -1,13 +1,13 @@
 -- check_group.lua: decides one group of items all or nothing, the body of
 -- tokenlimit.Store.Check, shared by check.lua (one group per check) and
--- reserve.lua. The group's n items have their 5 values each (algorithm,
--- p1, p2, p3, cost; see check.lua) in p, the call's unpacked numbers, from
--- index a + 1, or if by_ref 2 values each (where the item's limit's 4
--- values start in p, and its cost; see check.lua); their keys are in keys
--- from index k. It appends each item's result to reply (put_result's form)
--- and returns the index of the next group's first key. values, when not
--- nil, holds the keys' values as read before the call's first check, which
--- the group uses for every key not in written (batch_values, check.lua).
+-- reserve.lua (one per reservation). The group's n items have 2 values
+-- each in p, the call's unpacked numbers, from index a + 1: where the
+-- item's limit's 4 values start in p (the index before its algorithm's)
+-- and its cost (see check.lua); their keys are in keys from index k. It
+-- appends each item's result to reply (put_result's form) and returns the
+-- index of the next group's first key. values, when not nil, holds the
+-- keys' values as read before the call's first check, which the group uses
+-- for every key not in written (batch_values, check.lua).
 
 -- Decides an item: the one dispatch from an algorithm to its check. v is
 -- its key's value (false: none) except for a sliding log, which reads its
@@ -31,19 +31,13 @@ end
 -- never runs inside another.
 local charges = {}
 
-local function check_group(keys, p, reply, a, n, k, now, pad, values, written, by_ref)
+local function check_group(keys, p, reply, a, n, k, now, pad, values, written)
   local r = #reply
   local nc, all = 0, true
   for _ = 1, n do
-    local alg, p1, p2, p3, cost
-    if by_ref then
-      local l = p[a + 1]
-      alg, p1, p2, p3, cost = p[l + 1], p[l + 2], p[l + 3], p[l + 4], p[a + 2]
-      a = a + 2
-    else
-      alg, p1, p2, p3, cost = p[a + 1], p[a + 2], p[a + 3], p[a + 4], p[a + 5]
-      a = a + 5
-    end
+    local l = p[a + 1]
+    local alg, p1, p2, p3, cost = p[l + 1], p[l + 2], p[l + 3], p[l + 4], p[a + 2]
+    a = a + 2
     -- Written out: decide's dispatch, charge and put_result, copied for
     -- speed, as check.lua's one-item path is (a Lua call per item per step
     -- cost Redis more than the lines: BenchmarkBatchCall limits=3 under

@@ -139,3 +139,14 @@ local function clock(arg)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+
+-- A packed decision time now: the caller's µs, or if negative the
+-- server's TIME, read once per call: server is the call's reading so far
+-- (nil for none). Returns the time and the call's reading.
+local function packed_clock(now, server)
+  if now >= 0 then
+    return now, server
+  end
+  server = server or clock('')
+  return server, server
+end

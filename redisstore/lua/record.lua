@@ -33,21 +33,24 @@ local function save_record(key, rec, now, pad)
   redis.call('SET', key, cmsgpack.pack(rec), 'PX', int(cdiv(rec[4] - now, 1000) + pad))
 end
 
--- The answer to a reserve of an id that holds rec: reply[1] is the
--- recorded time, reply[2] the status, then the recorded results in
+-- Appends to reply the answer to a reserve of an id that holds rec: the
+-- recorded time, the status, then for a replay the recorded results in
 -- put_result's form.
-local function replay(rec, digest)
+local function replay(reply, rec, digest)
+  local r = #reply
   if rec[1] == RECORD_TOMBSTONE then
-    return { rec[3], CLOSED }
+    reply[r + 1], reply[r + 2] = rec[3], CLOSED
+    return
   elseif rec[2] ~= digest then
-    return { rec[3], CONFLICT }
+    reply[r + 1], reply[r + 2] = rec[3], CONFLICT
+    return
   end
-  local reply = { rec[3], REPLAYED }
-  local res, r = rec[5], 2
+  reply[r + 1], reply[r + 2] = rec[3], REPLAYED
+  local res = rec[5]
+  r = r + 2
   for i = 1, #res, 5 do
     r = put_result(reply, r, res[i], res[i + 1], res[i + 2], res[i + 3], res[i + 4])
   end
-  return reply
 end
 
 -- tokenlimit.SettleDelta: what settling a charge of cost applies.
@@ -58,16 +61,6 @@ local function settle_delta(alg, num, cost, settled)
     delta = math.max(-bound, math.min(bound, delta))
   end
   return delta
-end
-
--- The measures of a settlement (tokenlimit.SettleRequest.Measures), sent
--- as "m0,m1,..." ("" for none), as a list.
-local function parse_measures(s)
-  local out = {}
-  for v in string.gmatch(s or '', '[^,]+') do
-    out[#out + 1] = tonumber(v)
-  end
-  return out
 end
 
 -- settle_record applies a settlement (actual, or cancel) to the record at

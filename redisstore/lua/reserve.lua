@@ -1,46 +1,74 @@
--- reserve.lua: a reservation (tokenlimit.Reserver.Reserve): decides N items
--- all or nothing as check.lua does and, if all allow, charges them and
--- records the reservation in the same call.
--- KEYS[1]: the record; then the items' keys as in check.lua.
--- ARGV[1]: now µs or ""; ARGV[2]: TTL padding ms; ARGV[3]: the request's
--- digest; ARGV[4]: the record's TTL in µs; ARGV[5]: a MessagePack array of
--- 5 values per item as in check.lua, then each item's settle rule.
--- Reply: time µs, status, then per item its result as in check.lua (none
--- for a conflict or a tombstone).
+-- reserve.lua: the reservation entry point (tokenlimit.Reserver.Reserve):
+-- makes several independent reservations in one call, in order, each
+-- deciding its items all or nothing as a check does (check_group) and, if
+-- all allow, charging them and recording the reservation; a lone
+-- reservation is a call of one (the common case), and reservations that
+-- queued together share one call's fixed cost (records.go).
+-- ARGV[1]: TTL padding in ms; ARGV[2]: a MessagePack array holding the
+-- number of distinct limits m and their 4 values each, as check.lua's,
+-- then per reservation: now in µs or -1 for the server's TIME (read once
+-- per call), the number of items n, the record's TTL in µs, 2 values per
+-- item as in check.lua (where its limit's values start, its cost), then
+-- each item's settle rule; ARGV[3..]: each reservation's digest.
+-- KEYS: per reservation its record, then its items' keys as in check.lua.
+-- Reply: per reservation its time (the recorded one for a replay), its
+-- status, then, unless it is CONFLICT or CLOSED, its items' results
+-- (put_result, lib.lua).
 
--- reserve_one reserves the items whose numbers are p[a + 1 .. a + 5n],
--- with their rules at p[a + 5n + 1 .. a + 6n], its record at keys[k] and
--- the items' keys after it, at now. It returns the reply.
-local function reserve_one(keys, k, p, a, n, digest, ttl, now, pad)
-  local rec = load_record(keys[k], now)
-  if rec then
-    return replay(rec, digest)
-  end
-  local reply = { now, DENIED }
-  check_group(keys, p, reply, a, n, k + 1, now, pad)
-  local results, all = widen(reply, 2, n)
-  if not all then
-    return reply
-  end
-  reply[2] = RESERVED
+-- The record's items of a reservation of n items whose values start at
+-- p[a + 1] and keys at keys[k] (see record.lua).
+local function record_items(keys, p, a, n, k)
   local items = {}
-  local ik = k + 1
   for i = 1, n do
-    local b = a + (i - 1) * 5
-    local alg = p[b + 1]
-    local it = { alg, p[b + 2], p[b + 3], p[b + 4], p[b + 5], p[a + 5 * n + i], keys[ik] }
+    local l = p[a + 2 * i - 1]
+    local alg = p[l + 1]
+    local it = { alg, p[l + 2], p[l + 3], p[l + 4], p[a + 2 * i], p[a + 2 * n + i], keys[k] }
     if alg == SLIDING_LOG then
-      it[8] = keys[ik + 1]
+      it[8] = keys[k + 1]
     end
     items[i] = it
-    ik = ik + key_count(alg)
+    k = k + key_count(alg)
   end
-  save_record(keys[k], { RECORD_RESERVED, digest, now, now + ttl, results, items }, now, pad)
-  return reply
+  return items
+end
+
+-- The index after the keys of n items whose values start at p[a + 1] and
+-- keys at keys[k].
+local function keys_after(p, a, n, k)
+  for i = 1, n do
+    k = k + key_count(p[p[a + 2 * i - 1] + 1])
+  end
+  return k
 end
 
 local function reserve(keys, argv)
-  local now = clock(argv[1])
-  local p = cmsgpack.unpack(argv[5])
-  return reserve_one(keys, 1, p, 0, #p / 6, argv[3], tonumber(argv[4]), now, tonumber(argv[2]))
+  local pad = tonumber(argv[1])
+  local p = cmsgpack.unpack(argv[2])
+  -- Sized for a lone reservation of one item (at most 6 values), so that
+  -- the common call never grows it.
+  local reply, server = { nil, nil, nil, nil, nil, nil }, nil
+  local a, k, j, last = 1 + 4 * p[1], 1, 2, #p
+  while a < last do
+    local now, n, ttl = p[a + 1], p[a + 2], p[a + 3]
+    now, server = packed_clock(now, server)
+    a, j = a + 3, j + 1
+    local record, digest = keys[k], argv[j]
+    local rec = load_record(record, now)
+    if rec then
+      replay(reply, rec, digest)
+      k = keys_after(p, a, n, k + 1)
+    else
+      local r = #reply
+      reply[r + 1], reply[r + 2] = now, DENIED
+      local next_k = check_group(keys, p, reply, a, n, k + 1, now, pad)
+      local results, all = widen(reply, r + 2, n)
+      if all then
+        reply[r + 2] = RESERVED
+        save_record(record, { RECORD_RESERVED, digest, now, now + ttl, results, record_items(keys, p, a, n, k + 1) }, now, pad)
+      end
+      k = next_k
+    end
+    a = a + 3 * n
+  end
+  return reply
 end

@@ -1,17 +1,32 @@
--- settle.lua: settles the reservation recorded at KEYS[1]
--- (tokenlimit.Reserver.Settle): each item's settled cost minus its charge,
--- applied at the recorded charge time, and the record marked settled; or a
--- tombstone when there is no record, so that a late reserve charges nothing.
--- The items' keys are read from the record (they share its slot).
--- ARGV[1]: now µs or ""; ARGV[2]: TTL padding ms; ARGV[3]: actual;
--- ARGV[4]: "1" to cancel; ARGV[5]: the tombstone's TTL in µs; ARGV[6]: "1"
--- to delete the record once refunded (undoing a partial Cluster reserve);
--- ARGV[7]: the spend, or "" to keep what items under SETTLE_SPEND charged;
--- ARGV[8]: the measures, "m0,m1,..." or "" (see parse_measures).
--- Reply: now, status.
+-- settle.lua: the settlement entry point (tokenlimit.Reserver.Settle):
+-- settles several reservations in one call, in order, each as
+-- settle_record (record.lua) does; a lone settlement is a call of one (the
+-- common case), and settlements that queued together share one call's
+-- fixed cost (records.go). The items' keys are read from each record
+-- (they share its slot).
+-- KEYS: each settlement's record. ARGV[1]: TTL padding in ms; ARGV[2]: a
+-- MessagePack array of 7 values per settlement, then its measures: now in
+-- µs or -1 for the server's TIME (read once per call), actual, the spend or
+-- -1 to keep what items under SETTLE_SPEND charged, 1 to cancel (else 0),
+-- 1 to delete the record once refunded (undoing a partial Cluster
+-- reservation; else 0), the tombstone's TTL in µs, and the number of
+-- measures m (tokenlimit.SettleRequest.Measures), followed by the m
+-- measures.
+-- Reply: each settlement's status.
 
 local function settle(keys, argv)
-  local now = clock(argv[1])
-  return { now, settle_record(keys[1], now, tonumber(argv[2]), tonumber(argv[3]), argv[4] == '1', tonumber(argv[5]), argv[6] == '1', tonumber(argv[7]),
-    parse_measures(argv[8])) }
+  local pad = tonumber(argv[1])
+  local p = cmsgpack.unpack(argv[2])
+  local reply, server, a = { nil }, nil, 0 -- sized for a lone settlement
+  for i = 1, #keys do
+    local now, spend, m = p[a + 1], p[a + 3], p[a + 7]
+    now, server = packed_clock(now, server)
+    if spend < 0 then
+      spend = nil
+    end
+    reply[i] = settle_record(keys[i], now, pad, p[a + 2], p[a + 4] == 1, p[a + 6], p[a + 5] == 1, spend,
+      { unpack(p, a + 8, a + 7 + m) })
+    a = a + 7 + m
+  end
+  return reply
 end
