@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/storekit"
@@ -64,6 +66,14 @@ type Options struct {
 	// OnBreaker, if set, is called on every change of the breaker's state
 	// (see breaker.Breaker.OnChange: quick, no calls back).
 	OnBreaker func(from, to breaker.State, failures int)
+	// OnFull, if set, is called with true when the store refuses a call
+	// for want of room for a new key (tokenlimit.ErrStoreFull) after it
+	// had room, and with false at its first answered call once it has
+	// room again (a store counting its keys, as the embedded one does,
+	// has fewer than its bound; any other at its next answered call): once
+	// per change, as OnBreaker, so that a full store is logged once rather
+	// than per request. Quick, no calls back.
+	OnFull func(full bool)
 }
 
 // The defaults of Options, for the callers that configure a Store (and
@@ -89,6 +99,9 @@ type Store struct {
 	// error of the last failed call, cleared by a success.
 	answered atomic.Bool
 	lastErr  atomic.Pointer[string]
+	// full is set while the store is taken to be full (see Options.OnFull).
+	full   atomic.Bool
+	onFull func(full bool)
 }
 
 var _ tokenlimit.Store = (*Store)(nil)
@@ -103,7 +116,7 @@ func New(store tokenlimit.Store, opts Options) (*Store, error) {
 			opts.Timeout, opts.BreakerThreshold, opts.BreakerCooldown)
 	}
 	opts = withDefaults(opts)
-	s := &Store{store: store, info: tokenlimit.Describe(store), clock: opts.Clock,
+	s := &Store{store: store, info: tokenlimit.Describe(store), clock: opts.Clock, onFull: opts.OnFull,
 		breaker: breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Clock), deadlines: newStoreDeadlines(opts.Timeout)}
 	if opts.OnBreaker != nil {
 		s.breaker.OnChange(opts.OnBreaker)
@@ -137,6 +150,7 @@ func withDefaults(o Options) Options {
 func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) error {
 	if !s.info.Remote {
 		err := run(ctx)
+		s.noteFull(err)
 		if answered(err) || ctx.Err() != nil {
 			return callerError(ctx, err)
 		}
@@ -152,6 +166,7 @@ func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) e
 	}
 	switch {
 	case answered(err):
+		s.noteFull(err)
 		s.breaker.Done(ticket, nil)
 		if err == nil {
 			s.record(nil)
@@ -173,6 +188,36 @@ func (s *Store) Call(ctx context.Context, run func(ctx context.Context) error) e
 func answered(err error) bool {
 	return err == nil || errors.Is(err, tokenlimit.ErrInvalid) || errors.Is(err, tokenlimit.ErrUnsupported) ||
 		errors.Is(err, tokenlimit.ErrStoreFull)
+}
+
+// keyCounter is a store that counts its keys under a bound, as the
+// embedded store does.
+type keyCounter interface {
+	Len() int
+	MaxKeys() int
+}
+
+// noteFull follows, from a call's error, whether the store is full, and
+// tells OnFull of each change. While the store is not full it costs a
+// load.
+func (s *Store) noteFull(err error) {
+	switch {
+	case err == nil:
+		if s.full.Load() && s.hasRoom() && s.full.CompareAndSwap(true, false) && s.onFull != nil {
+			s.onFull(false)
+		}
+	case errors.Is(err, tokenlimit.ErrStoreFull):
+		if !s.full.Load() && s.full.CompareAndSwap(false, true) && s.onFull != nil {
+			s.onFull(true)
+		}
+	}
+}
+
+// hasRoom reports whether the store has room for a new key: fewer keys
+// than its bound when it counts them, else always.
+func (s *Store) hasRoom() bool {
+	kc, ok := s.store.(keyCounter)
+	return !ok || kc.Len() < kc.MaxKeys()
 }
 
 // callerError is err of a local store's call, or the caller's context
@@ -247,6 +292,16 @@ func (s *Store) Unwrap() tokenlimit.Store { return s.store }
 // Breaker returns the store's breaker, for gauges and for callers that
 // must know whether a call would be let through (Ready).
 func (s *Store) Breaker() *breaker.Breaker { return s.breaker }
+
+// BreakerGauge returns the breaker's state as the gauge
+// tokenlimit_breaker_state, read when scraped so that it never lags behind
+// the breaker.
+func (s *Store) BreakerGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tokenlimit_breaker_state",
+		Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+	}, func() float64 { return float64(s.breaker.State()) })
+}
 
 // Health is the store's health.
 type Health struct {

@@ -115,3 +115,64 @@ func TestLocalStoreHasNoBreaker(t *testing.T) {
 		t.Errorf("breaker %s for a local store, want closed (unused)", st)
 	}
 }
+
+// OnFull hears of a store filling up once, however many calls it then
+// refuses, and of it having room again once: for the embedded store when
+// it has fewer keys than its bound (a call on a stored key while it is
+// full changes nothing), for another store at its next answered call.
+func TestStoreReportsFullOncePerChange(t *testing.T) {
+	t.Parallel()
+	key := func(k string) tokenlimit.Item {
+		return tokenlimit.Item{Key: k, Cost: 1, Limit: tokenlimit.FixedWindowLimit(10, time.Minute)}
+	}
+	mem, err := memstore.New(memstore.Options{MaxKeys: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []bool
+	for _, c := range []struct {
+		name  string
+		store tokenlimit.Store
+		// afterFull are the changes heard once the store is full and a
+		// stored key answered.
+		afterFull []bool
+	}{
+		{"embedded", mem, []bool{true}},
+		{"remote, counting no keys", &testkit.FaultStore{Store: mem, Info: testkit.Remote}, []bool{true, false}},
+	} {
+		changes = nil
+		s, err := resilient.New(c.store, resilient.Options{OnFull: func(full bool) { changes = append(changes, full) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for _, k := range []string{"a", "b"} {
+			if err := check(s, ctx, key(k)); err != nil {
+				t.Fatalf("%s: key %s: %v", c.name, k, err)
+			}
+		}
+		for _, k := range []string{"c", "d", "e"} {
+			if err := check(s, ctx, key(k)); !errors.Is(err, tokenlimit.ErrStoreFull) {
+				t.Fatalf("%s: key %s: %v, want ErrStoreFull", c.name, k, err)
+			}
+		}
+		if err := check(s, ctx, key("a")); err != nil {
+			t.Fatalf("%s: a stored key: %v", c.name, err)
+		}
+		if len(changes) != len(c.afterFull) || changes[0] != true || (len(changes) == 2 && changes[1] != false) {
+			t.Errorf("%s: OnFull heard %v, want %v", c.name, changes, c.afterFull)
+		}
+		if err := mem.Reset(ctx, "b", tokenlimit.FixedWindow); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(s, ctx, key("a")); err != nil {
+			t.Fatalf("%s: a stored key: %v", c.name, err)
+		}
+		if want := []bool{true, false}; len(changes) != 2 || changes[0] != true || changes[1] != false {
+			t.Errorf("%s: OnFull heard %v once a key was freed, want %v", c.name, changes, want)
+		}
+		if err := mem.Reset(ctx, "a", tokenlimit.FixedWindow); err != nil { // empty again for the next store
+			t.Fatal(err)
+		}
+	}
+}

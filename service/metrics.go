@@ -11,7 +11,6 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/resilient"
 
-	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/service/stats"
 )
 
@@ -139,18 +138,6 @@ func (m *metrics) costFailed(limit string, err error) {
 		reason = "negative"
 	}
 	m.costErrors.WithLabelValues(limit, reason).Inc()
-}
-
-// watchBreaker exports b's state as tokenlimit_breaker_state, read when
-// scraped, so the gauge can never lag behind the breaker.
-func watchBreaker(reg prometheus.Registerer, b *breaker.Breaker) error {
-	if reg == nil {
-		return nil
-	}
-	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tokenlimit_breaker_state",
-		Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
-	}, func() float64 { return float64(b.State()) }))
 }
 
 // keyCounter is a store that counts its live keys under a bound, as the

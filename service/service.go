@@ -111,15 +111,17 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	}
 	s.fault, err = resilient.NewFailover(opts.Store, resilient.FailoverOptions{
 		Options: resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,
-			BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker},
+			BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker, OnFull: s.logFull},
 		ReservationTTL: opts.ReservationTTL, LocalMaxKeys: opts.LocalMaxKeys, MaxReservations: opts.MaxReservations,
 		FailOpenKeys: opts.FailOpenKeys, Recovery: opts.FailOpenRecovery, Logger: opts.Logger, Observer: s.metrics.faultObserver(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
-	if err := watchBreaker(opts.Registerer, s.fault.Guard().Breaker()); err != nil {
-		return nil, fmt.Errorf("service: metrics: %w", err)
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(s.fault.Guard().BreakerGauge()); err != nil {
+			return nil, fmt.Errorf("service: metrics: %w", err)
+		}
 	}
 	stores := map[string]keyCounter{"local": localKeys{s.fault}}
 	if kc, ok := opts.Store.(keyCounter); ok {
@@ -206,6 +208,17 @@ func (s *Service) logBreaker(from, to breaker.State, failures int) {
 	default:
 		s.log.Debug("store circuit breaker "+to.String(), "store", s.store.Name, "from", from.String())
 	}
+}
+
+// logFull logs the store filling up (error) and having room again
+// (info), once each; the requests it refuses meanwhile are logged at debug
+// and counted in tokenlimit_key_space_full_total.
+func (s *Service) logFull(full bool) {
+	if full {
+		s.log.Error("the store is full: requests needing a new key are denied (key_space_full) until keys expire; see --max-keys", "store", s.store.Name)
+		return
+	}
+	s.log.Info("the store has room for new keys again", "store", s.store.Name)
 }
 
 // Reload replaces the limits with cfg's; checks in flight finish with the
