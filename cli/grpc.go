@@ -10,9 +10,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/server/rlsv3"
 )
 
@@ -39,7 +41,8 @@ func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, rea
 	}
 	// rlsv3's codec decodes rate-limit requests and encodes their answers
 	// without protobuf's reflection; other messages go through protobuf.
-	opts = append([]grpc.ServerOption{grpc.NumStreamWorkers(grpcStreamWorkers), grpc.ForceServerCodecV2(rlsv3.Codec())}, opts...)
+	opts = append([]grpc.ServerOption{grpc.NumStreamWorkers(grpcStreamWorkers), grpc.ForceServerCodecV2(rlsv3.Codec()),
+		grpc.ChainUnaryInterceptor(requestIDs)}, opts...)
 	srv := grpc.NewServer(opts...)
 	if err := register(srv); err != nil {
 		ln.Close()
@@ -50,6 +53,27 @@ func listenGRPC(addr string, log *slog.Logger, fail context.CancelCauseFunc, rea
 	go func() { fail(ignoreClosed(srv.Serve(ln))) }()
 	log.Info("serving gRPC (Envoy rate limit service v3)", "addr", ln.Addr().String(), "also", "grpc.health.v1.Health, server reflection")
 	return srv, nil
+}
+
+// requestIDHeader is the metadata key of a gRPC call's request id, as
+// X-Request-Id is HTTP's.
+const requestIDHeader = "x-request-id"
+
+// requestIDs gives every unary call an id, as HTTP requests have: the
+// caller's x-request-id metadata when it is valid (see
+// logging.ValidRequestID), a fresh one otherwise. The id is sent back in
+// the x-request-id response header and is on every line logged with the
+// call's context.
+func requestIDs(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	id := ""
+	if v := metadata.ValueFromIncomingContext(ctx, requestIDHeader); len(v) == 1 && logging.ValidRequestID(v[0]) {
+		id = v[0]
+	}
+	if id == "" {
+		id = logging.NewRequestID()
+	}
+	_ = grpc.SetHeader(ctx, metadata.MD{requestIDHeader: {id}}) // fails only once headers were sent, which no handler has done yet
+	return handler(logging.WithRequestID(ctx, id), req)
 }
 
 // health is grpc.health.v1.Health for the whole server ("") and the Rate

@@ -95,7 +95,7 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	reqs, err := requests(req, buf[:0], &s.maps)
 	defer reuse(reqs, &s.maps)
 	if err != nil {
-		s.log.Debug("rls: invalid request", "error", err)
+		s.log.DebugContext(ctx, "rls: invalid request", "error", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	d, policies, err := s.svc.CheckMerged(ctx, reqs...)
@@ -103,7 +103,7 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		return nil, s.checkError(ctx, err)
 	}
 	if d.Unavailable {
-		return s.closed(d, len(reqs)), nil
+		return s.closed(ctx, d, len(reqs)), nil
 	}
 	return response(d, policies, len(reqs), &s.limits), nil
 }
@@ -125,13 +125,13 @@ const (
 // selected the fail-closed limits are OVER_LIMIT (all of them when no limit
 // is named: the local budget itself failed), the others OK; StoreHeader
 // and raw_body say why.
-func (s *server) closed(d service.Decision, n int) *rlspb.RateLimitResponse {
+func (s *server) closed(ctx context.Context, d service.Decision, n int) *rlspb.RateLimitResponse {
 	names := unavailable(d)
 	msg := "tokenlimit: the store is failing and no local budget is left"
 	if len(names) > 0 {
 		msg = "tokenlimit: the store is failing and these limits fail closed: " + strings.Join(names, ", ")
 	}
-	s.log.Debug("rls: unavailable", "reason", msg)
+	s.log.DebugContext(ctx, "rls: unavailable", "reason", msg)
 	resp := &rlspb.RateLimitResponse{
 		OverallCode:          rlspb.RateLimitResponse_OVER_LIMIT,
 		Statuses:             make([]*rlspb.RateLimitResponse_DescriptorStatus, n),
@@ -151,7 +151,7 @@ func (s *server) closed(d service.Decision, n int) *rlspb.RateLimitResponse {
 func (s *server) checkError(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, service.ErrInvalidRequest) || errors.Is(err, tokenlimit.ErrInvalid):
-		s.log.Debug("rls: invalid request", "error", err)
+		s.log.DebugContext(ctx, "rls: invalid request", "error", err)
 		return status.Error(codes.InvalidArgument, rlsFields.Replace(err.Error()))
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
