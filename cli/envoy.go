@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -31,9 +34,8 @@ import (
 // envoySettings are the envoyproxy/ratelimit settings the compatibility
 // mode honours, from its environment variables (--envoy-env) or defaults.
 type envoySettings struct {
-	logLevel slog.Level
-	load     envoycompat.LoadOptions
-	engine   envoycompat.Options
+	load   envoycompat.LoadOptions
+	engine envoycompat.Options
 }
 
 // envoyDir is a directory of envoyproxy/ratelimit files and the digest of
@@ -83,27 +85,56 @@ func (d *envoyDir) changed() bool {
 }
 
 // watch reloads the configuration into e on SIGHUP and, every interval (0:
-// never), when a file changed, was added or removed. A bad configuration
-// is logged and the running one stays.
-func (d *envoyDir) watch(ctx context.Context, every time.Duration, e *envoycompat.Engine, log *slog.Logger) {
+// never), when a file changed, was added or removed, counting each reload
+// in reloads by result (ok, error). A bad configuration is logged and the
+// running one stays.
+func (d *envoyDir) watch(ctx context.Context, every time.Duration, e *envoycompat.Engine, reloads *prometheus.CounterVec, log *slog.Logger) {
 	watchReloads(ctx, every, d.changed, func() {
 		cfg, err := d.load()
+		if err == nil {
+			if err = e.SetConfig(cfg); err != nil {
+				err = fmt.Errorf("--envoy-failure-mode %w", err)
+			}
+		}
 		if err != nil {
+			reloads.WithLabelValues("error").Inc()
 			log.Error("envoy config rejected; the running limits stay", "dir", d.path, "error", err)
 			return
 		}
-		e.SetConfig(cfg)
+		reloads.WithLabelValues("ok").Inc()
 		log.Info("envoy config reloaded", "dir", d.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits))
 	})
+}
+
+// envoyMetrics is the registry of the compatibility mode's /metrics: Go's
+// and the process's metrics, the breaker's state and the configuration
+// reloads (returned, for watch); the engine adds its own.
+func envoyMetrics(guarded *resilient.Store) (*prometheus.Registry, *prometheus.CounterVec) {
+	reg := prometheus.NewRegistry()
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokenlimit_config_reloads_total",
+		Help: "Configuration reloads by result (ok, error).",
+	}, []string{"result"})
+	reloads.WithLabelValues("ok")
+	reloads.WithLabelValues("error")
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guarded.BreakerGauge(), reloads)
+	return reg, reloads
 }
 
 // serveEnvoy runs the envoyproxy/ratelimit compatibility mode: the RLS on
 // the gRPC address, POST /json and GET /healthcheck on the HTTP address.
 func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
-	log := slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: f.envoy.logLevel}))
+	log, err := f.logger(out)
+	if err != nil {
+		return err
+	}
 	dir := &envoyDir{path: f.envoyConfig, opts: f.envoy.load}
 	cfg, err := dir.load()
 	if err != nil {
+		return err
+	}
+	opts := f.envoy.engine
+	if opts.FailureModes, err = parseFailureModes(f.envoyFailure, cfg); err != nil {
 		return err
 	}
 	store, closeStore, err := openStore(f.storeFlags, log)
@@ -112,14 +143,12 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	}
 	defer closeStore()
 	warmUp(ctx, store, log)
-	guarded, err := resilient.New(store, resilient.Options{Timeout: f.storeTimeout, OnBreaker: logBreaker(log)})
+	guarded, err := resilient.New(store, resilient.Options{Timeout: f.storeTimeout, OnBreaker: logBreaker(log), OnFull: logFull(log)})
 	if err != nil {
 		return err
 	}
-	opts := f.envoy.engine
-	if opts.FailureModes, err = parseFailureModes(f.envoyFailure); err != nil {
-		return err
-	}
+	reg, reloads := envoyMetrics(guarded)
+	opts.Registerer = reg
 	engine, err := envoycompat.New(guarded, cfg, opts)
 	if err != nil {
 		return err
@@ -127,6 +156,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	ready := storeReady(guarded)
 	mux := http.NewServeMux()
 	mux.Handle("/json", rlsv3.JSONHandler(engine, log))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		if !ready(r.Context()) {
 			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
@@ -142,7 +172,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	}
 	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() { cancel(ignoreClosed(httpSrv.Serve(httpLn))) }()
-	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "endpoints", "POST /json, GET /healthcheck")
+	log.Info("serving HTTP", "addr", httpLn.Addr().String(), "endpoints", "POST /json, GET /healthcheck, GET /metrics")
 	var grpcSrv *grpc.Server
 	if f.grpcListen != "" {
 		grpcSrv, err = listenGRPC(f.grpcListen, log, cancel, ready, func(s *grpc.Server) error {
@@ -154,7 +184,7 @@ func serveEnvoy(ctx context.Context, f serveFlags, out io.Writer) error {
 	}
 	log.Info("serving envoyproxy/ratelimit compatibility mode", "config", dir.path, "domains", len(cfg.Domains()), "limits", len(cfg.Limits),
 		"store", tokenlimit.Describe(store).Name)
-	go dir.watch(ctx, f.reloadEvery, engine, log)
+	go dir.watch(ctx, f.reloadEvery, engine, reloads, log)
 	<-ctx.Done()
 	return shutdown(ctx, httpSrv, grpcSrv)
 }
@@ -204,29 +234,30 @@ func logBreaker(log *slog.Logger) func(from, to breaker.State, failures int) {
 	}
 }
 
-// parseFailureModes reads --envoy-failure-mode: MODE sets every domain's,
-// DOMAIN=MODE one domain's.
-func parseFailureModes(flags []string) (envoycompat.FailureModes, error) {
-	var modes envoycompat.FailureModes
-	for _, v := range flags {
-		domain, mode, perDomain := strings.Cut(v, "=")
-		if !perDomain {
-			domain, mode = "", v
+// logFull logs the store filling up (error) and having room again (info),
+// once each; the requests it refuses meanwhile (UNAVAILABLE) are logged at
+// debug.
+func logFull(log *slog.Logger) func(full bool) {
+	return func(full bool) {
+		if full {
+			log.Error("the store is full: requests needing a new key fail (UNAVAILABLE) until keys expire; see --max-keys")
+			return
 		}
-		m, err := envoycompat.ParseFailureMode(mode)
-		switch {
-		case err != nil:
-			return modes, fmt.Errorf("--envoy-failure-mode %s: %w: %w", v, err, errUsage)
-		case perDomain && domain == "":
-			return modes, fmt.Errorf("--envoy-failure-mode %s: the domain must not be empty: %w", v, errUsage)
-		case !perDomain:
-			modes.Default = m
-			continue
-		}
-		if modes.Domains == nil {
-			modes.Domains = map[string]envoycompat.FailureMode{}
-		}
-		modes.Domains[domain] = m
+		log.Info("the store has room for new keys again")
+	}
+}
+
+// parseFailureModes reads --envoy-failure-mode (MODE for every
+// descriptor, PATH=MODE for a domain or a descriptor and those nested in
+// it; see envoycompat.FailureModes) and checks that each path names a
+// domain or a descriptor of cfg.
+func parseFailureModes(flags []string, cfg *envoycompat.Config) (envoycompat.FailureModes, error) {
+	modes, err := envoycompat.ParseFailureModes(flags)
+	if err == nil {
+		err = modes.Check(cfg)
+	}
+	if err != nil {
+		return modes, fmt.Errorf("--envoy-failure-mode %w: %w", err, errUsage)
 	}
 	return modes, nil
 }
@@ -290,11 +321,14 @@ func applyEnvoyEnv(f *serveFlags, fl *pflag.FlagSet, getenv func(string) string)
 		}
 		f.redis = u
 	}
-	level, err := envoyLogLevel(env("LOG_LEVEL", "WARN"))
-	if err != nil {
+	if level, err := envoyLogLevel(env("LOG_LEVEL", "WARN")); err != nil {
 		errs = append(errs, err)
+	} else if !fl.Changed("log-level") {
+		f.logLevel = level
 	}
-	f.envoy.logLevel = level
+	if format := getenv("LOG_FORMAT"); format != "" && !fl.Changed("log-format") {
+		f.logFormat = strings.ToLower(format)
+	}
 	f.envoy.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
 	f.envoy.engine.KeyPrefix = getenv("CACHE_KEY_PREFIX")
 	f.envoy.engine.GlobalShadowMode = boolean("SHADOW_MODE")
@@ -364,19 +398,19 @@ func envoyRedisURL(socket, typ, addr, auth string, tls bool) (string, error) {
 	return u.String(), nil
 }
 
-// envoyLogLevel maps LOG_LEVEL (logrus's names) to a slog level.
-func envoyLogLevel(s string) (slog.Level, error) {
+// envoyLogLevel maps LOG_LEVEL (logrus's names) to a --log-level.
+func envoyLogLevel(s string) (string, error) {
 	switch strings.ToLower(s) {
 	case "trace", "debug":
-		return slog.LevelDebug, nil
+		return "debug", nil
 	case "info":
-		return slog.LevelInfo, nil
+		return "info", nil
 	case "warn", "warning":
-		return slog.LevelWarn, nil
+		return "warn", nil
 	case "error", "fatal", "panic":
-		return slog.LevelError, nil
+		return "error", nil
 	}
-	return 0, fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", s)
+	return "", fmt.Errorf("LOG_LEVEL=%q: want debug, info, warn or error", s)
 }
 
 func validateEnvoy(out io.Writer, dir string, merge bool) error {

@@ -159,7 +159,7 @@ rejected and the running limits stay.`,
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file or --envoy-config directory (0: only on SIGHUP)")
 	fl.StringVar(&f.envoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit *.yaml files: answer as envoyproxy/ratelimit does (see docs/rls.md)")
-	fl.StringSliceVar(&f.envoyFailure, "envoy-failure-mode", nil, "compatibility mode: what a request answers while Redis fails, MODE for every domain or DOMAIN=MODE (repeatable); MODE is error (the RLS call fails and Envoy's filter decides, as envoyproxy/ratelimit; the default), closed (OVER_LIMIT) or open (OK, counting nothing)")
+	fl.StringSliceVar(&f.envoyFailure, "envoy-failure-mode", nil, "compatibility mode: what a descriptor answers while Redis fails: MODE for every descriptor, DOMAIN=MODE for a domain's, PATH=MODE for a descriptor of the configuration and those nested in it (PATH as envoyproxy/ratelimit's statistics name it: DOMAIN.KEY or DOMAIN.KEY_VALUE, then .KEY[_VALUE] per level); the most specific wins; repeatable. MODE is error (the RLS call fails and Envoy's filter decides, as envoyproxy/ratelimit; the default), closed (OVER_LIMIT) or open (OK, counting nothing); see docs/operations.md")
 	fl.BoolVar(&f.envoyEnv, "envoy-env", false, "read envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, REDIS_URL, GRPC_PORT, PORT, LOG_LEVEL, ...); implies the compatibility mode")
 	return cmd
 }

@@ -81,8 +81,11 @@ type RateLimit struct {
 	// DetailedMetric only changes envoyproxy/ratelimit's statistics names.
 	DetailedMetric bool
 	// Path is the descriptor's place in the configuration
-	// ("domain.key_value.key"), for messages and migration.
+	// ("domain.key_value.key"), for messages, migration and failure modes.
 	Path string
+	// scopes are the paths of the descriptor's ancestors below the domain
+	// and its own, outermost first: where its failure mode may be set.
+	scopes []string
 	// File and Line are where the rate_limit is defined.
 	File string
 	Line int
@@ -111,6 +114,8 @@ type wildcard struct {
 // descriptor tree. It is immutable and safe for concurrent use.
 type Config struct {
 	domains map[string]*node
+	// paths holds every domain's name and every descriptor's path.
+	paths map[string]bool
 	// Files are the files it was loaded from, in load order.
 	Files []string
 	// Limits lists every rate_limit in file order.
@@ -192,7 +197,7 @@ type File struct {
 
 // Parse loads files in order, as Load does.
 func Parse(files []File, opts LoadOptions) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
+	c := &Config{domains: map[string]*node{}, paths: map[string]bool{}}
 	var errs []error
 	for _, f := range files {
 		c.Files = append(c.Files, f.Name)
@@ -274,7 +279,8 @@ func (p *parser) parseFile(data []byte) {
 		dom = &node{children: map[string]*node{}}
 		p.cfg.domains[domain] = dom
 	}
-	p.descriptors(dom, descriptors, "descriptors", domain+".")
+	p.cfg.paths[domain] = true
+	p.descriptors(dom, descriptors, "descriptors", domain+".", nil)
 }
 
 func (p *parser) unknown(k *yaml.Node, field, want string) {
@@ -306,7 +312,10 @@ func (p *parser) boolean(v *yaml.Node, field string) bool {
 	return b
 }
 
-func (p *parser) descriptors(parent *node, list *yaml.Node, field, prefix string) {
+// descriptors reads a list of descriptors under parent, whose own path is
+// prefix without its final '.', and the paths of whose ancestors below the
+// domain, and its own, are scopes.
+func (p *parser) descriptors(parent *node, list *yaml.Node, field, prefix string, scopes []string) {
 	if list == nil || list.Tag == "!!null" {
 		return
 	}
@@ -315,13 +324,13 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, prefix string
 		return
 	}
 	for i, d := range list.Content {
-		p.descriptor(parent, d, fmt.Sprintf("%s[%d]", field, i), prefix)
+		p.descriptor(parent, d, fmt.Sprintf("%s[%d]", field, i), prefix, scopes)
 	}
 }
 
 const descriptorFields = "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold"
 
-func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
+func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string, scopes []string) {
 	if d.Kind != yaml.MappingNode {
 		p.errorf(d, field, "want a descriptor (a mapping with key, value, rate_limit, descriptors)")
 		return
@@ -369,6 +378,8 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 		return
 	}
 	n := &node{key: key, value: value, children: map[string]*node{}}
+	p.cfg.paths[path] = true
+	scopes = append(slices.Clip(scopes), path)
 	if share {
 		if !strings.HasSuffix(final, "*") {
 			p.errorf(d, field+".share_threshold", "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", final)
@@ -379,6 +390,7 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 		n.limit = p.rateLimit(rl, field+".rate_limit", path)
 		if n.limit != nil {
 			n.limit.ShadowMode, n.limit.QuotaMode, n.limit.DetailedMetric = shadow, quota, detailed
+			n.limit.scopes = scopes
 		}
 	}
 	if prefix, ok := strings.CutSuffix(final, "*"); ok {
@@ -386,7 +398,7 @@ func (p *parser) descriptor(parent *node, d *yaml.Node, field, prefix string) {
 	}
 	parent.children[final] = n
 	parent.order = append(parent.order, final)
-	p.descriptors(n, children, field+".descriptors", path+".")
+	p.descriptors(n, children, field+".descriptors", path+".", scopes)
 }
 
 func (p *parser) rateLimit(v *yaml.Node, field, path string) *RateLimit {

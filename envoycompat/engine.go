@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/resilient"
 )
@@ -113,11 +115,16 @@ type Options struct {
 	// Headers, if not nil, adds the headers of the descriptor closest to
 	// its limit (LIMIT_RESPONSE_HEADERS_ENABLED).
 	Headers *HeaderNames
-	// FailureModes says what a request answers when the store fails with
-	// an error matching resilient.ErrUnavailable (give New a
+	// FailureModes says what each descriptor answers when the store fails
+	// with an error matching resilient.ErrUnavailable (give New a
 	// resilient.Store for a timeout and a breaker). The zero value fails
-	// the call, as envoyproxy/ratelimit does.
+	// the call, as envoyproxy/ratelimit does. New and SetConfig refuse a
+	// configuration in which a path names nothing (FailureModes.Check).
 	FailureModes FailureModes
+	// Registerer, if not nil, receives the engine's metrics: requests by
+	// domain and code, hits by domain and stat, the time to answer and
+	// the failed store calls (metrics.go).
+	Registerer prometheus.Registerer
 }
 
 // Engine answers requests with envoyproxy/ratelimit's semantics: fixed
@@ -126,9 +133,10 @@ type Options struct {
 // all-or-nothing), hits counted even when they are over the limit. It is
 // safe for concurrent use; SetConfig swaps the configuration atomically.
 type Engine struct {
-	store tokenlimit.Store
-	cfg   atomic.Pointer[Config]
-	opts  Options
+	store   tokenlimit.Store
+	cfg     atomic.Pointer[Config]
+	opts    Options
+	metrics *metrics
 }
 
 // ErrInvalidRequest marks a request the engine refuses; the error's
@@ -156,20 +164,34 @@ func New(store tokenlimit.Store, cfg *Config, opts Options) (*Engine, error) {
 	if store == nil || cfg == nil {
 		return nil, errors.New("envoycompat: New needs a store and a configuration")
 	}
+	if err := opts.FailureModes.Check(cfg); err != nil {
+		return nil, fmt.Errorf("envoycompat: failure modes: %w", err)
+	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	e := &Engine{store: store, opts: opts}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("envoycompat: metrics: %w", err)
+	}
+	e := &Engine{store: store, opts: opts, metrics: m}
 	e.cfg.Store(cfg)
 	return e, nil
 }
 
 // SetConfig makes cfg the configuration of the next requests; counters are
-// kept (they are keyed by descriptor values and unit, not by the file).
-func (e *Engine) SetConfig(cfg *Config) {
-	if cfg != nil {
-		e.cfg.Store(cfg)
+// kept (they are keyed by descriptor values and unit, not by the file). A
+// configuration lacking a path of the failure modes is refused with
+// FailureModes.Check's error, and the running one stays.
+func (e *Engine) SetConfig(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("envoycompat: SetConfig needs a configuration")
 	}
+	if err := e.opts.FailureModes.Check(cfg); err != nil {
+		return err
+	}
+	e.cfg.Store(cfg)
+	return nil
 }
 
 // Config returns the configuration in use.
@@ -187,32 +209,45 @@ type applied struct {
 // ShouldRateLimit decides req. Over the limit is an answer, not an error;
 // errors are invalid requests (ErrInvalidRequest) and store failures.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req Request) (Response, error) {
+	start := time.Now()
+	cfg := e.cfg.Load()
+	label := req.Domain
+	if cfg.domains[label] == nil {
+		label = "" // a domain the configuration lacks: the label stays bounded
+	}
+	c := e.metrics.of(label)
+	resp, err := e.decide(ctx, cfg, req, c)
+	e.metrics.request(ctx, c, start, resp, err)
+	return resp, err
+}
+
+// decide answers req with cfg, counting hits in c.
+func (e *Engine) decide(ctx context.Context, cfg *Config, req Request, c *domainCounters) (Response, error) {
 	switch {
 	case req.Domain == "":
 		return Response{}, invalid("rate limit domain must not be empty")
 	case len(req.Descriptors) == 0:
 		return Response{}, invalid("rate limit descriptor list must not be empty")
 	}
-	ds, err := e.limits(req)
+	ds, err := e.limits(cfg, req)
 	if err != nil {
 		return Response{}, err
 	}
 	counts, err := e.count(ctx, ds)
 	if errors.Is(err, resilient.ErrUnavailable) && ctx.Err() == nil {
-		if m := e.opts.FailureModes.Of(req.Domain); m != FailError {
-			return e.failed(ds, m), nil
+		if resp, ok := e.failed(req.Domain, ds); ok {
+			return resp, nil
 		}
 	}
 	if err != nil {
 		return Response{}, err
 	}
-	return e.respond(ds, counts), nil
+	return e.respond(ds, counts, c), nil
 }
 
 // limits finds each descriptor's limit, applies unlimited and replaces, and
 // names each budget.
-func (e *Engine) limits(req Request) ([]applied, error) {
-	cfg := e.cfg.Load()
+func (e *Engine) limits(cfg *Config, req Request) ([]applied, error) {
 	ds := make([]applied, len(req.Descriptors))
 	replaced := map[string]bool{}
 	for i, d := range req.Descriptors {
@@ -315,6 +350,7 @@ func (e *Engine) count(ctx context.Context, ds []applied) ([]counted, error) {
 		results := make([]tokenlimit.Result, len(chunk))
 		t, err := e.store.Check(ctx, e.opts.Clock(), chunk, results)
 		if err != nil {
+			e.metrics.storeCall(err)
 			return nil, fmt.Errorf("envoycompat: store: %w", err)
 		}
 		for k, r := range results {
@@ -341,12 +377,16 @@ func (e *Engine) count(ctx context.Context, ds []applied) ([]counted, error) {
 // does: a descriptor is over its limit when its counter passed
 // requests_per_unit, and the request is over the limit when a descriptor
 // is. A quota-mode descriptor over its limit is reported OK (with its
-// limit, no time until reset) and does not make the request over.
-func (e *Engine) respond(ds []applied, counts []counted) Response {
+// limit, no time until reset) and does not make the request over. Each
+// limited descriptor's hits are counted in c.
+func (e *Engine) respond(ds []applied, counts []counted, c *domainCounters) Response {
 	resp := Response{OverallCode: OK, Statuses: make([]Status, len(ds))}
 	minRemaining := uint32(math.MaxUint32)
 	closest := -1
 	for i := range ds {
+		if ds[i].limit != nil {
+			c.count(ds[i].limit, ds[i].hits, counts[i].after)
+		}
 		st := status(ds[i].limit, counts[i])
 		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
 			closest, minRemaining = i, st.LimitRemaining

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/envoycompat"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 // RegisterEnvoyCompat registers the Rate Limit Service on s answering with
@@ -48,15 +50,30 @@ func (s *compatServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimit
 	resp, err := s.engine.ShouldRateLimit(ctx, compatRequest(req))
 	switch {
 	case errors.Is(err, envoycompat.ErrInvalidRequest):
-		s.log.Debug("rls: invalid request", "error", err)
+		s.log.DebugContext(ctx, "rls: invalid request", "error", err)
 		return nil, status.Error(codes.Unknown, err.Error())
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil:
-		s.log.Warn("rls: store failed", "error", err)
+		s.log.Log(ctx, storeErrorLevel(err), "rls: store failed", "error", err)
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return compatResponse(resp), nil
+}
+
+// storeErrorLevel is the level a store error of a request is logged at:
+// warn for a call that failed, debug for what is logged once per change
+// elsewhere (serve logs the breaker opening and closing, and the store
+// filling up and having room again): a call the open breaker skipped, a
+// half-open trial confirming the outage, a full store.
+func storeErrorLevel(err error) slog.Level {
+	var fe *resilient.FailedError
+	switch {
+	case errors.Is(err, tokenlimit.ErrStoreFull), errors.Is(err, resilient.ErrBreakerOpen),
+		errors.As(err, &fe) && fe.Trial:
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 func compatRequest(req *rlspb.RateLimitRequest) envoycompat.Request {
@@ -129,14 +146,14 @@ func JSONHandler(e *envoycompat.Engine, log *slog.Logger) http.Handler {
 			err = protojson.Unmarshal(body, &req)
 		}
 		if err != nil {
-			log.Debug("json: bad request", "error", err)
+			log.DebugContext(r.Context(), "json: bad request", "error", err)
 			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 			return
 		}
 		resp, err := e.ShouldRateLimit(r.Context(), compatRequest(&req))
 		if err != nil { // 400 for a store failure too, as envoyproxy/ratelimit answers
 			if !errors.Is(err, envoycompat.ErrInvalidRequest) {
-				log.Warn("json: store failed", "error", err)
+				log.Log(r.Context(), storeErrorLevel(err), "json: store failed", "error", err)
 			}
 			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)
 			return
