@@ -88,14 +88,15 @@ func ExampleLimiter_AllowN_invalid() {
 	// tokenlimit: check: cost: must be at least 0, got -1
 }
 
-func ExampleLimiter_DecideN() {
+func ExampleLimiter_Check() {
 	store, _ := memstore.New(memstore.Options{})
 	limiter, _ := tokenlimit.NewLimiter(store, tokenlimit.WithClock(stopped))
-	r, at, err := limiter.DecideN(context.Background(), "user=alice", tokenlimit.FixedWindowLimit(100, time.Minute), 1)
+	d, err := limiter.Check(context.Background(), tokenlimit.Item{Key: "user=alice", Limit: tokenlimit.FixedWindowLimit(100, time.Minute), Cost: 1})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(r.Remaining, "left, decided at", at.Format(time.RFC3339), "resets at", at.Add(r.ResetAfter).Format(time.RFC3339))
+	r := d.Results[0]
+	fmt.Println(r.Remaining, "left, decided at", d.At.Format(time.RFC3339), "resets at", d.At.Add(r.ResetAfter).Format(time.RFC3339))
 	// Output:
 	// 99 left, decided at 2026-03-01T12:00:00Z resets at 2026-03-01T12:01:00Z
 }

@@ -104,28 +104,20 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 
 // AllowN charges cost to key's budget under limit if it fits; cost 0 only
 // reports the budget's state. An invalid input is a *FieldError naming the
-// argument ("key", "cost", or the limit's field such as "quota"). Use
-// DecideN for the time of the decision too.
+// argument ("key", "cost", or the limit's field such as "quota"). For the
+// time the store decided at as well (the base of Result's durations, the
+// Redis server's clock in server-time mode), use Check: Decision.At.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, cost int64) (Result, error) {
-	r, _, err := l.DecideN(ctx, key, limit, cost)
-	return r, err
-}
-
-// DecideN is AllowN that also returns the time the store decided at (the
-// Redis server's clock in server-time mode), the ChargedAt of a later
-// Adjustment of this charge and the base of Result's durations. It is zero
-// when err is not nil.
-func (l *Limiter) DecideN(ctx context.Context, key string, limit Limit, cost int64) (Result, time.Time, error) {
 	call := l.single.Get().(*singleCall)
 	call.items[0] = Item{Key: key, Limit: limit, Cost: cost}
-	at, err := l.store.Check(ctx, l.now(), call.items[:], call.results[:])
+	_, err := l.store.Check(ctx, l.now(), call.items[:], call.results[:])
 	r := call.results[0]
 	*call = singleCall{} // keep no key alive in the pool
 	l.single.Put(call)
 	if err != nil {
-		return Result{}, time.Time{}, fmt.Errorf("tokenlimit: check: %w", unindexed(err))
+		return Result{}, fmt.Errorf("tokenlimit: check: %w", unindexed(err))
 	}
-	return r, at, nil
+	return r, nil
 }
 
 // unindexed renames a store's "items[0].<field>" error as the caller's

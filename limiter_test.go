@@ -129,16 +129,18 @@ func TestLimiterCheckWrapsInvalidInput(t *testing.T) {
 	}
 }
 
-func TestDecideNReportsTheDecisionTime(t *testing.T) {
+// TestCheckReportsTheDecisionTime: the time of a decision is its
+// Decision's At (there is no separate DecideN); zero when the check fails.
+func TestCheckReportsTheDecisionTime(t *testing.T) {
 	t.Parallel()
 	lim, _, clock := newTestLimiter(t)
 	clock.Advance(1234 * time.Millisecond)
-	r, at, err := lim.DecideN(context.Background(), "k", tokenlimit.FixedWindowLimit(5, time.Second), 2)
-	if err != nil || !r.Allowed || r.Remaining != 3 || !at.Equal(t0.Add(1234*time.Millisecond)) {
-		t.Errorf("DecideN = %+v, %v, %v; want allowed with 3 left at t0+1.234s", r, at, err)
+	d, err := lim.Check(context.Background(), tokenlimit.Item{Key: "k", Limit: tokenlimit.FixedWindowLimit(5, time.Second), Cost: 2})
+	if err != nil || !d.Allowed || len(d.Results) != 1 || d.Results[0].Remaining != 3 || !d.At.Equal(t0.Add(1234*time.Millisecond)) {
+		t.Errorf("Check = %+v, %v; want allowed with 3 left at t0+1.234s", d, err)
 	}
-	if _, at, err := lim.DecideN(context.Background(), "", tokenlimit.FixedWindowLimit(5, time.Second), 2); err == nil || !at.IsZero() {
-		t.Errorf("DecideN with no key: at %v, %v; want the zero time and an error", at, err)
+	if d, err := lim.Check(context.Background(), tokenlimit.Item{Key: "", Limit: tokenlimit.FixedWindowLimit(5, time.Second), Cost: 2}); err == nil || !d.At.IsZero() {
+		t.Errorf("Check with no key: at %v, %v; want the zero time and an error", d.At, err)
 	}
 }
 
