@@ -148,7 +148,7 @@ func TestCheckLimit(t *testing.T) {
 limits:
   - {name: tokens, key: [user], algorithm: token_bucket, capacity: 100, refill: 100/min}
 `, t0, func(o *service.Options) {
-			counted = &countingStore{Store: o.Store}
+			counted = &countingStore{reservingStore: o.Store.(reservingStore)}
 			o.Store = counted
 		})
 		ctx := context.Background()
