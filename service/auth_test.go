@@ -148,7 +148,7 @@ func TestCheckLimit(t *testing.T) {
 limits:
   - {name: tokens, key: [user], algorithm: token_bucket, capacity: 100, refill: 100/min}
 `, t0, func(o *service.Options) {
-			counted = &countingStore{reservingStore: o.Store.(reservingStore)}
+			counted = &countingStore{Store: o.Store}
 			o.Store = counted
 		})
 		ctx := context.Background()
