@@ -47,6 +47,7 @@ type rawLimit struct {
 	LocalCache    bool              `yaml:"local_cache"`
 	MaxKeys       *int64            `yaml:"max_keys"`
 	RLSOverride   bool              `yaml:"rls_limit_override"`
+	OnExhaust     string            `yaml:"on_exhaust"`
 }
 
 type rawPlan struct {
@@ -362,7 +363,22 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.maxKeys(path, r, &l)
 	b.calendar(path, r.Calendar, &l)
 	b.rlsOverride(path, r, &l)
+	b.onExhaust(path, r, &l)
 	return l, len(b.errs) == before
+}
+
+// onExhaust applies on_exhaust, what a stream does once the budget cannot
+// pay for more of it: only a budget in tokens or usd has a say.
+func (b *builder) onExhaust(path []any, r *rawLimit, l *Limit) {
+	switch {
+	case r.OnExhaust == "":
+	case l.Concurrency || l.Cost.Constant > 0 || l.Cost.By != "":
+		b.fail(at(path, "on_exhaust"), "only a budget in tokens or usd stops streams; this limit counts requests")
+	case r.OnExhaust == "finish":
+		l.OnExhaust = Finish
+	case r.OnExhaust != "stop":
+		b.fail(at(path, "on_exhaust"), "want stop or finish, got %q", r.OnExhaust)
+	}
 }
 
 // rlsOverride applies rls_limit_override, which lets an RLS descriptor's

@@ -104,8 +104,32 @@ type Limit struct {
 	// Calendar, if not NoCalendar, aligns the limit's window to calendar
 	// days or months in Config.Location.
 	Calendar Calendar
+	// OnExhaust says what the LLM proxy does with a stream whose output
+	// passes its reservation when this budget, in tokens or usd, cannot pay
+	// for more: Stop it (the default) or let it Finish and charge it past
+	// the limit. Other limits never stop a stream.
+	OnExhaust OnExhaust
 	// Line is where the limit is defined (0 for generated ones).
 	Line int
+}
+
+// OnExhaust is a budget's on_exhaust. The zero value is Stop.
+type OnExhaust uint8
+
+// The choices.
+const (
+	// Stop ends a stream the budget cannot pay for more of.
+	Stop OnExhaust = iota
+	// Finish lets the stream finish and charges it past the limit.
+	Finish
+)
+
+// String returns "stop" or "finish".
+func (o OnExhaust) String() string {
+	if o == Finish {
+		return "finish"
+	}
+	return "stop"
 }
 
 // Calendar aligns a fixed window to the calendar. The zero value is

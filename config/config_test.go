@@ -522,3 +522,26 @@ func TestUsageClamped(t *testing.T) {
 		}
 	}
 }
+
+// TestOnExhaust: a budget in tokens or usd stops streams unless it says
+// finish; plan quotas stop too.
+func TestOnExhaust(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+limits:
+  - {name: tokens, algorithm: token_bucket, capacity: 10, refill: 1/s}
+  - {name: tokens-finish, algorithm: token_bucket, capacity: 10, refill: 1/s, on_exhaust: finish}
+  - {name: tokens-stop, algorithm: token_bucket, capacity: 10, refill: 1/s, on_exhaust: stop}
+plans:
+  free: {daily: 10}
+`), "exhaust.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]config.OnExhaust{"tokens": config.Stop, "tokens-finish": config.Finish, "tokens-stop": config.Stop, "plan-free-daily": config.Stop}
+	for _, l := range cfg.Limits {
+		if l.OnExhaust != want[l.Name] {
+			t.Errorf("limit %s: on_exhaust %v, want %v", l.Name, l.OnExhaust, want[l.Name])
+		}
+	}
+}

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,7 +89,12 @@ type benchEnv struct {
 }
 
 func newBenchEnv(b *testing.B, store string) *benchEnv {
-	cfg, err := config.Parse([]byte(benchConfig), "bench.yaml")
+	return newBenchEnvWith(b, store, benchConfig, newFakeUpstream())
+}
+
+// newBenchEnvWith is newBenchEnv with a configuration and an upstream.
+func newBenchEnvWith(b *testing.B, store, yml string, up *fakeUpstream) *benchEnv {
+	cfg, err := config.Parse([]byte(yml), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,7 +116,7 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &benchEnv{up: httptest.NewServer(newFakeUpstream())}
+	e := &benchEnv{up: httptest.NewServer(up)}
 	b.Cleanup(e.up.Close)
 	u, _ := url.Parse(e.up.URL)
 	p, err := proxy.New(svc, proxy.Options{Upstream: u, UnknownKeys: proxy.DefaultPlanForUnknownKeys, Tokenizer: proxy.TestTokenizer, Logger: testkit.Quiet()})
@@ -266,4 +273,59 @@ func BenchmarkProxyAPIs(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkStreamCounting streams 2,000 deltas of one token each through
+// the proxy on the embedded store, in alternating runs of 5 calls, with a
+// budget that stops streams (on_exhaust: stop) or lets them finish:
+//   - uncounted: the reply (12,000 bytes) fits in its estimate (max_tokens
+//     20,000) by its bytes alone: no delta is counted.
+//   - counted: max_tokens 10, so that the stream passes its estimate at
+//     once and is counted as it goes, growing its reservation 4 times.
+//   - finish: max_tokens 10 under a budget with on_exhaust: finish: the
+//     first growth finds no budget to stop at, and counting ends.
+//
+// It reports each one's CPU per call (the process's: client, proxy and
+// fake upstream, over the run), and counted-extra-%: what counting and
+// growing added to the uncounted call's CPU.
+func BenchmarkStreamCounting(b *testing.B) {
+	const yml = `
+limits:
+  - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 1000000000, refill: 1000000000/min%s}
+  - {name: requests-per-key, key: [api_key], algorithm: token_bucket, capacity: 100000000, refill: 100000000/min, cost: 1}
+`
+	up := newFakeUpstream()
+	up.set(func(b *behaviour) { b.Words = strings.Split(strings.Repeat(" hello|", 2000), "|")[:2000] })
+	stop := newBenchEnvWith(b, "memory", fmt.Sprintf(yml, ""), up)
+	finish := newBenchEnvWith(b, "memory", fmt.Sprintf(yml, ", on_exhaust: finish"), up)
+	body := func(maxTokens int) string {
+		return `{"model":"gpt-4o","stream":true,"max_tokens":` + strconv.Itoa(maxTokens) + `,"messages":[{"role":"user","content":"Say hello"}]}`
+	}
+	runs := []struct {
+		name string
+		e    *benchEnv
+		body string
+		cpu  time.Duration
+		n    int
+	}{{"uncounted", stop, body(20000), 0, 0}, {"counted", stop, body(10), 0, 0}, {"finish", finish, body(10), 0, 0}}
+	for i := range runs {
+		runs[i].e.callPath(b, runs[i].e.proxied.URL, "/v1/chat/completions", runs[i].body) // warm up
+	}
+	for b.Loop() {
+		for i := range runs {
+			r := &runs[i]
+			c := cpuTime(b)
+			for range 5 {
+				r.e.callPath(b, r.e.proxied.URL, "/v1/chat/completions", r.body)
+			}
+			r.cpu += cpuTime(b) - c
+			r.n += 5
+		}
+	}
+	for _, r := range runs {
+		b.ReportMetric(us(r.cpu/time.Duration(r.n)), r.name+"-cpu-µs/call")
+	}
+	base := float64(runs[0].cpu) / float64(runs[0].n)
+	b.ReportMetric((float64(runs[1].cpu)/float64(runs[1].n)-base)/base*100, "counted-extra-%")
+	b.ReportMetric(0, "ns/op")
 }

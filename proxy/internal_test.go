@@ -168,7 +168,7 @@ func TestEventStreamFraming(t *testing.T) {
 	}
 	var settled []Settlement
 	p := &Proxy{svc: testService(t), tok: testTokens, log: slog.New(slog.DiscardHandler), opts: Options{SettleTimeout: time.Second, OnSettle: func(s Settlement) { settled = append(settled, s) }}}
-	c := &call{kind: Chat, injected: true, est: Estimate{Model: "gpt-4o", Prompt: 5}}
+	c := &call{kind: Chat, injected: true, est: Estimate{Model: "gpt-4o", Prompt: 5}, growth: growth{unbounded: true}}
 	s := newEventStream(p, c, &chunked{parts: append([]string(nil), parts...), err: io.EOF})
 	got, err := io.ReadAll(s)
 	if err != nil {
@@ -190,7 +190,7 @@ func TestEventStreamFraming(t *testing.T) {
 	// Cut mid-event: the partial event is dropped, and only what the
 	// client was handed before counts.
 	settled = nil
-	c = &call{kind: Chat, est: Estimate{Model: "gpt-4o", Prompt: 5}}
+	c = &call{kind: Chat, est: Estimate{Model: "gpt-4o", Prompt: 5}, growth: growth{unbounded: true}}
 	s = newEventStream(p, c, &chunked{parts: []string{parts[1], parts[2][:20]}, err: io.ErrUnexpectedEOF})
 	got, err = io.ReadAll(s)
 	if !errors.Is(err, io.ErrUnexpectedEOF) || string(got) != "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\r\n\r\n" {
@@ -224,7 +224,7 @@ func TestStreamEventIsBounded(t *testing.T) {
 	t.Parallel()
 	up := io.NopCloser(io.MultiReader(strings.NewReader("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"),
 		strings.NewReader(strings.Repeat("x", 4*MaxEventBytes))))
-	s := newEventStream(nil, &call{}, up)
+	s := newEventStream(nil, &call{growth: growth{unbounded: true}}, up)
 	var got []byte
 	buf := make([]byte, 512)
 	var err error
@@ -254,7 +254,7 @@ func TestStreamCountsAsItGoes(t *testing.T) {
 		events.WriteString(`data: {"choices":[{"delta":{"content":"` + word + `"}}]}` + "\n\n")
 	}
 	p := &Proxy{tok: testTokens, log: slog.New(slog.DiscardHandler)}
-	c := &call{est: Estimate{Model: "gpt-4o"}}
+	c := &call{est: Estimate{Model: "gpt-4o"}, growth: growth{unbounded: true}}
 	s := newEventStream(p, c, io.NopCloser(strings.NewReader(events.String())))
 	buf := make([]byte, 4096)
 	for {

@@ -13,6 +13,9 @@
 //     before the response headers go out for a plain response, at the end
 //     for a stream. A failed upstream call is refunded; a stream cut short
 //     is charged the prompt and the tokens forwarded so far.
+//  4. A stream whose output passes its estimate grows its reservation in
+//     chunks on the budgets that stop streams, and is ended cleanly, in its
+//     API's shape, when they cannot pay for more (stop.go).
 //
 // Paths other than the four LLM APIs (chat completions, completions,
 // embeddings, responses) pass through under request-count and concurrency
@@ -195,8 +198,15 @@ type Settlement struct {
 	// ReservedSpend and Spend are the prices of Reserved and Actual in
 	// micro-dollars; zero for a model without a price.
 	ReservedSpend, Spend int64
+	// Grown and GrownSpend are what a stream reserved beyond its estimate,
+	// in tokens and micro-dollars, as its output passed it; refunded when
+	// the call settled.
+	Grown, GrownSpend int64
 	// Basis says how Actual was found.
 	Basis Basis
+	// Stopped reports a stream ended at its budget: the budgets that stop
+	// streams could not pay for more of it (settled ByCount).
+	Stopped bool
 	// Err is the store's error if the settlement failed (the estimate then
 	// stands, and concurrency slots come back when their leases end).
 	Err error
@@ -303,6 +313,7 @@ type call struct {
 	injected bool      // stream_options.include_usage was added for the proxy
 	sent     time.Time // when the call was forwarded
 	status   int       // the upstream's status (502, 504 or 499 without one)
+	growth   growth    // what its stream reserved beyond the estimate (stop.go)
 	once     sync.Once
 }
 
@@ -474,15 +485,19 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 			ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 			defer cancel()
 			_, err = p.svc.SettleSpend(ctx, c.id, actual, spend)
+			if err == nil {
+				err = p.refundGrowth(ctx, c)
+			}
 		}
 		if err != nil {
 			p.log.Error("settle failed; the estimate stands", "request_id", c.id, "error", err)
 		}
 		s := Settlement{RequestID: c.id, Kind: c.kind, Model: c.est.Model, Actual: actual,
 			Input: min(used.Input, actual), Output: used.Output, Cached: used.Cached, CacheWrite: used.CacheWrite, Reasoning: used.Reasoning,
-			Spend: spend, Basis: basis, Err: err}
+			Spend: spend, Basis: basis, Stopped: c.growth.stopped, Err: err}
 		if c.kind != Passthrough {
 			s.Reserved, s.ReservedSpend = c.est.Total(), c.req.Spend
+			s.Grown, s.GrownSpend = c.growth.tokens, c.growth.spend
 		}
 		entry, _, priced := p.svc.PriceOf(c.est.Model)
 		if !priced {
@@ -511,7 +526,8 @@ func (p *Proxy) accessLog(c *call, s Settlement) {
 	p.log.Log(context.Background(), level, "call", "request_id", c.id, "api", c.kind.String(), "model", c.est.Model,
 		"key", c.who(), "status", c.status,
 		"estimate_tokens", s.Reserved, "estimate_usd", config.FormatUSD(s.ReservedSpend),
+		"grown_tokens", s.Grown, "grown_usd", config.FormatUSD(s.GrownSpend),
 		"tokens", s.Actual, "input_tokens", s.Input, "cached_input_tokens", s.Cached, "cache_write_tokens", s.CacheWrite,
 		"output_tokens", s.Output, "reasoning_tokens", s.Reasoning, "usd", config.FormatUSD(s.Spend),
-		"basis", string(s.Basis), "limits", limits, "error", s.Err)
+		"basis", string(s.Basis), "stopped", s.Stopped, "limits", limits, "error", s.Err)
 }

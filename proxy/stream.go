@@ -40,36 +40,65 @@ type eventStream struct {
 	br  *bufio.Reader
 	out []byte // the current event's bytes not yet handed out
 
-	pending   []string        // text of the event being handed out
-	forwarded strings.Builder // text the client has received, not yet counted
-	counted   int64           // tokens of the text counted so far
-	usage     *usage          // the final usage, once the upstream sent it
-	started   *usage          // the usage of Anthropic's message_start
-	event     []byte
+	pending        []string        // text of the event being handed out
+	pendingTokens  int64           // its tokens, when pendingCounted
+	pendingCounted bool            // the pending text was counted (see paid)
+	forwarded      strings.Builder // text the client has received, not yet counted
+	counted        int64           // tokens of the text counted so far
+	usage          *usage          // the final usage, once the upstream sent it
+	started        *usage          // the usage of Anthropic's message_start
+	event          []byte
+	meta           streamMeta // what an ending repeats (stop.go)
+	freeOut        int64      // output tokens the reservations pay for, when freeKnown
+	freeKnown      bool
+	upClosed       bool
 }
 
 func newEventStream(p *Proxy, c *call, up io.ReadCloser) *eventStream {
-	return &eventStream{p: p, c: c, up: up, br: bufio.NewReader(up)}
+	return &eventStream{p: p, c: c, up: up, br: bufio.NewReader(up), meta: streamMeta{openBlock: -1}}
 }
 
-// Read hands out the current event, or the next one the client should see.
+// Read hands out the current event, or the next one the client should see;
+// or, when the budgets cannot pay for that one, the end of the stream.
 func (s *eventStream) Read(p []byte) (int, error) {
 	if len(s.out) == 0 {
-		for _, t := range s.pending {
-			s.forwarded.WriteString(t)
-		}
-		s.pending = s.pending[:0]
-		if s.forwarded.Len() >= maxUncounted {
-			s.counted += s.p.count(s.c, s.forwarded.String())
-			s.forwarded.Reset()
+		s.delivered()
+		if s.c.growth.stopped {
+			return 0, io.EOF
 		}
 		if err := s.next(); err != nil {
 			return 0, err
+		}
+		if !s.paid() {
+			s.stop()
 		}
 	}
 	n := copy(p, s.out)
 	s.out = s.out[n:]
 	return n, nil
+}
+
+// delivered accounts for the text of the event the client has now received.
+func (s *eventStream) delivered() {
+	if s.pendingCounted {
+		s.counted += s.pendingTokens
+	} else {
+		for _, t := range s.pending {
+			s.forwarded.WriteString(t)
+		}
+	}
+	s.pending, s.pendingCounted = s.pending[:0], false
+	if s.forwarded.Len() >= maxUncounted {
+		s.countForwarded()
+	}
+}
+
+// countForwarded counts the forwarded text not yet counted, and lets it go.
+func (s *eventStream) countForwarded() {
+	if s.forwarded.Len() > 0 {
+		s.counted += s.p.count(s.c, s.forwarded.String())
+		s.forwarded.Reset()
+	}
 }
 
 // next reads events until one is to be passed on, and makes it current. At
@@ -109,7 +138,14 @@ func (s *eventStream) next() error {
 // streamChunk is what the proxy reads of an event's data: a chat or
 // completions chunk, or a Responses API event.
 type streamChunk struct {
+	// A chat or completions chunk's identity, which a stream's ending
+	// repeats.
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
 	Choices []struct {
+		Index int `json:"index"`
 		Delta struct {
 			Content          string `json:"content"`
 			Refusal          string `json:"refusal"`
@@ -125,11 +161,12 @@ type streamChunk struct {
 	} `json:"choices"`
 	Usage *usage `json:"usage"`
 	// The Responses API's events.
-	Type     string          `json:"type"`
-	Delta    json.RawMessage `json:"delta"`
-	Response *struct {
-		Usage *usage `json:"usage"`
-	} `json:"response"`
+	Type           string          `json:"type"`
+	SequenceNumber int64           `json:"sequence_number"`
+	Delta          json.RawMessage `json:"delta"`
+	Response       json.RawMessage `json:"response"`
+	// Anthropic's content block index.
+	Index int `json:"index"`
 	// Anthropic's message_start.
 	Message *struct {
 		Usage *usage `json:"usage"`
@@ -155,12 +192,18 @@ func (s *eventStream) inspect(event []byte) bool {
 	if json.Unmarshal(data, &ch) != nil {
 		return true
 	}
+	s.meta.note(&ch)
 	if s.c.kind == Messages {
 		s.inspectAnthropic(ch)
 		return true
 	}
-	if ch.Response != nil && ch.Response.Usage != nil {
-		s.usage = ch.Response.Usage
+	if len(ch.Response) > 0 {
+		var r struct {
+			Usage *usage `json:"usage"`
+		}
+		if json.Unmarshal(ch.Response, &r) == nil && r.Usage != nil {
+			s.usage = r.Usage
+		}
 	}
 	if ch.Usage != nil {
 		s.usage = ch.Usage
@@ -193,7 +236,7 @@ func (s *eventStream) inspectAnthropic(ch streamChunk) {
 	switch ch.Type {
 	case "message_start":
 		if ch.Message != nil && ch.Message.Usage != nil {
-			s.started = ch.Message.Usage
+			s.started, s.freeKnown = ch.Message.Usage, false
 		}
 	case "content_block_delta":
 		var d anthropicDelta
@@ -239,18 +282,38 @@ func eventData(event []byte) []byte {
 	return data
 }
 
-// Close closes the upstream body and settles the call.
+// input returns the call's input: the tokens Anthropic's message_start
+// reported, else the counted prompt.
+func (s *eventStream) input() bill {
+	if s.started.believable() && s.started.bill().Input > 0 {
+		b := s.started.bill()
+		b.Output, b.Reasoning = 0, 0
+		return b
+	}
+	return bill{Input: s.c.est.Prompt}
+}
+
+// closeUpstream closes the upstream body, once: a stream not read to its
+// end cancels its upstream request.
+func (s *eventStream) closeUpstream() error {
+	if s.upClosed {
+		return nil
+	}
+	s.upClosed = true
+	return s.up.Close()
+}
+
+// Close closes the upstream body and settles the call: to the final usage
+// if the upstream sent it, else to its input and the tokens of the text
+// forwarded (a stream cut, left by its client or stopped at its budget).
 func (s *eventStream) Close() error {
-	err := s.up.Close()
-	if s.usage.believable() {
+	err := s.closeUpstream()
+	if !s.c.growth.stopped && s.usage.believable() {
 		s.p.settle(s.c, s.usage.bill(), ByUsage)
 		return err
 	}
-	used := bill{Input: s.c.est.Prompt}
-	if s.started.believable() && s.started.bill().Input > 0 {
-		used = s.started.bill() // Anthropic's, reported when the stream began
-	}
-	used.Output, used.Reasoning = addSat(s.counted, s.p.count(s.c, s.forwarded.String())), 0
+	used := s.input()
+	used.Output = addSat(s.counted, s.p.count(s.c, s.forwarded.String()))
 	s.p.settle(s.c, used, ByCount)
 	return err
 }

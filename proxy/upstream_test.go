@@ -42,6 +42,9 @@ type behaviour struct {
 	RawUsage string
 	// Inject is written as it is after a Messages stream's first word.
 	Inject string
+	// Endless streams Words over and over until the client goes away
+	// (counted in fakeUpstream.Cancelled): no end, no usage.
+	Endless bool
 }
 
 // upstreamCall is one request the fake upstream received.
@@ -55,9 +58,36 @@ type upstreamCall struct {
 // answering with the exact usage its behaviour says. It can fail, stall,
 // hold and cut streams.
 type fakeUpstream struct {
-	mu    sync.Mutex
-	b     behaviour
-	calls []upstreamCall
+	mu        sync.Mutex
+	b         behaviour
+	calls     []upstreamCall
+	cancelled int // endless streams that ended when their client went away
+}
+
+// Cancelled returns how many endless streams ended because their client
+// (the proxy) went away.
+func (f *fakeUpstream) Cancelled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancelled
+}
+
+// words returns the i-th word of the reply, and whether there is one: an
+// endless stream cycles through its words until r's client goes away.
+func (f *fakeUpstream) words(r *http.Request, b behaviour, i int) (string, bool) {
+	if !b.Endless {
+		if i < len(b.Words) {
+			return b.Words[i], true
+		}
+		return "", false
+	}
+	if r.Context().Err() != nil {
+		f.mu.Lock()
+		f.cancelled++
+		f.mu.Unlock()
+		return "", false
+	}
+	return b.Words[i%len(b.Words)], true
 }
 
 func newFakeUpstream() *fakeUpstream {
@@ -181,7 +211,11 @@ func (f *fakeUpstream) streamChat(w http.ResponseWriter, r *http.Request, b beha
 		flusher.Flush()
 	}
 	send(`{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`)
-	for i, word := range b.Words {
+	for i := 0; ; i++ {
+		word, ok := f.words(r, b, i)
+		if !ok {
+			break
+		}
 		send(fmt.Sprintf(`{"index":0,"delta":{"content":%q},"logprobs":null,"finish_reason":null}`, word))
 		if b.CutAfter == i+1 {
 			panic(http.ErrAbortHandler)
@@ -189,6 +223,9 @@ func (f *fakeUpstream) streamChat(w http.ResponseWriter, r *http.Request, b beha
 		if !b.hold(r, i+1) {
 			return
 		}
+	}
+	if b.Endless {
+		return
 	}
 	send(`{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}`)
 	if withUsage && !b.NoUsage {
@@ -223,7 +260,11 @@ func (f *fakeUpstream) streamResponse(w http.ResponseWriter, r *http.Request, b 
 		flusher.Flush()
 	}
 	send("response.created", `"response":`+b.response(model, "in_progress"))
-	for i, word := range b.Words {
+	for i := 0; ; i++ {
+		word, ok := f.words(r, b, i)
+		if !ok {
+			break
+		}
 		send("response.output_text.delta", fmt.Sprintf(`"item_id":"msg_1","output_index":0,"content_index":0,"delta":%q`, word))
 		if b.CutAfter == i+1 {
 			panic(http.ErrAbortHandler)
@@ -231,6 +272,9 @@ func (f *fakeUpstream) streamResponse(w http.ResponseWriter, r *http.Request, b 
 		if !b.hold(r, i+1) {
 			return
 		}
+	}
+	if b.Endless {
+		return
 	}
 	send("response.completed", `"response":`+b.response(model, "completed"))
 }
@@ -262,7 +306,11 @@ func (f *fakeUpstream) streamMessage(w http.ResponseWriter, r *http.Request, b b
 	send("message_start", fmt.Sprintf(`,"message":{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[],"stop_reason":null,"stop_sequence":null,"usage":%s}`, model, start))
 	send("content_block_start", `,"index":0,"content_block":{"type":"text","text":""}`)
 	send("ping", "")
-	for i, word := range b.Words {
+	for i := 0; ; i++ {
+		word, ok := f.words(r, b, i)
+		if !ok {
+			break
+		}
 		send("content_block_delta", fmt.Sprintf(`,"index":0,"delta":{"type":"text_delta","text":%q}`, word))
 		if i == 0 && b.Inject != "" {
 			io.WriteString(w, b.Inject)
@@ -273,6 +321,9 @@ func (f *fakeUpstream) streamMessage(w http.ResponseWriter, r *http.Request, b b
 		if !b.hold(r, i+1) {
 			return
 		}
+	}
+	if b.Endless {
+		return
 	}
 	send("content_block_stop", `,"index":0`)
 	final := fmt.Sprintf(`{"output_tokens":%d}`, b.Completion)

@@ -113,3 +113,52 @@ func TestReserveWithUnits(t *testing.T) {
 		}
 	})
 }
+
+// TestReserveStopLimits: a stream's growth is reserved on the budgets in
+// tokens or usd whose on_exhaust is stop, and on nothing else; with no such
+// budget nothing is charged or recorded.
+func TestReserveStopLimits(t *testing.T) {
+	t.Parallel()
+	const cfg = `
+prices:
+  gpt-4o: {input: 2.50, output: 10.00}
+limits:
+  - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min}
+  - {name: tokens-finish, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min, on_exhaust: finish}
+  - {name: usd, key: [api_key], unit: usd, algorithm: fixed_window, limit: 1.00/day}
+  - {name: requests, key: [api_key], algorithm: fixed_window, limit: 10/min, cost: 1}
+  - {name: in-flight, key: [api_key], algorithm: concurrency, limit: 2}
+  - {name: trial, key: [api_key], algorithm: token_bucket, capacity: 50, refill: 50/min, shadow: true}
+  - {name: other, key: [user], algorithm: token_bucket, capacity: 50, refill: 50/min}
+`
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, cfg, t0)
+		ctx := context.Background()
+		desc := D{"api_key": "k", "model": "gpt-4o"}
+		d, err := e.svc.ReserveWith(ctx, service.ReserveOptions{ID: "grow-1", StopLimits: true}, service.Request{Descriptors: desc, Cost: 400, Spend: 4000})
+		if err != nil || !d.Allowed || !d.Reserved || len(d.Limits) != 2 || d.Limits[0].Name != "tokens" || d.Limits[1].Name != "usd" {
+			t.Fatalf("ReserveWith(StopLimits) = %s, %v; want tokens and usd reserved", describe(d), err)
+		}
+		for name, want := range map[string]int64{"tokens": 600, "tokens-finish": 1000, "usd": 996_000, "requests": 10, "in-flight": 2, "trial": 50} {
+			if got := e.remaining(desc, name); got != want {
+				t.Errorf("reserved: %s remaining %d, want %d", name, got, want)
+			}
+		}
+		if st, err := e.svc.SettleSpend(ctx, "grow-1", 0, 0); err != nil || st != tokenlimit.Settled {
+			t.Fatal(st, err)
+		}
+		for name, want := range map[string]int64{"tokens": 1000, "usd": 1_000_000} {
+			if got := e.remaining(desc, name); got != want {
+				t.Errorf("refunded: %s remaining %d, want %d", name, got, want)
+			}
+		}
+		d, err = e.svc.ReserveWith(ctx, service.ReserveOptions{StopLimits: true}, service.Request{Descriptors: D{"user": "u"}, Cost: 40})
+		if err != nil || !d.Allowed || !d.Reserved || len(d.Limits) != 1 {
+			t.Fatalf("user budget: %s, %v", describe(d), err)
+		}
+		d, err = e.svc.ReserveWith(ctx, service.ReserveOptions{StopLimits: true}, service.Request{Descriptors: D{"route": "/"}, Cost: 40})
+		if err != nil || !d.Allowed || d.Reserved || len(d.Limits) != 0 {
+			t.Errorf("no stop limit: %s, %v; want admitted, nothing reserved", describe(d), err)
+		}
+	})
+}

@@ -42,6 +42,10 @@ type ReserveOptions struct {
 	// a request whose own cost is unknown (a passthrough the proxy cannot
 	// count tokens of) reserves {Requests, InFlight}.
 	Units []Unit
+	// StopLimits, when set, keeps only the limits that stop a stream they
+	// cannot pay for more of: enforced budgets in tokens or usd whose
+	// on_exhaust is stop. The LLM proxy reserves a stream's growth on them.
+	StopLimits bool
 }
 
 // Reserve checks reqs like Check and, if admitted, keeps the charges in the
@@ -80,6 +84,9 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 	checks := p.enforced
 	if len(o.Units) > 0 {
 		checks = slices.DeleteFunc(checks, func(c check) bool { return !slices.Contains(o.Units, unitOf(c.limit)) })
+	}
+	if o.StopLimits {
+		checks = slices.DeleteFunc(checks, func(c check) bool { return !stopsStreams(c.limit) })
 	}
 	d, err := s.reserveChecks(ctx, id, checks)
 	if err != nil {

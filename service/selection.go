@@ -75,6 +75,13 @@ func unitOf(l *config.Limit) Unit {
 	return Tokens
 }
 
+// stopsStreams reports whether l stops a stream it cannot pay for more of:
+// a budget in tokens or usd whose on_exhaust is stop.
+func stopsStreams(l *config.Limit) bool {
+	u := unitOf(l)
+	return (u == Tokens || u == USD) && l.OnExhaust == config.Stop
+}
+
 // UnitOf returns what the limit named name counts in the configuration in
 // force; ok is false when no limit has that name (a reload removed it).
 func (s *Service) UnitOf(name string) (u Unit, ok bool) {
