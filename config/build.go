@@ -374,6 +374,8 @@ func (b *builder) onExhaust(path []any, r *rawLimit, l *Limit) {
 	case r.OnExhaust == "":
 	case l.Concurrency || l.Cost.Constant > 0 || l.Cost.By != "":
 		b.fail(at(path, "on_exhaust"), "only a budget in tokens or usd stops streams; this limit counts requests")
+	case l.Cost.Class == InputTokens || l.Cost.Class == UncachedInputTokens:
+		b.fail(at(path, "on_exhaust"), "a budget of input tokens has no stream to stop: a stream's output costs it nothing")
 	case r.OnExhaust == "finish":
 		l.OnExhaust = Finish
 	case r.OnExhaust != "stop":

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -23,7 +24,8 @@ import (
 // chunk whole: every budget ends charged what the call consumed, once.
 
 // GrowthChunk is how many output tokens one growth of a stream's
-// reservation asks for (more if one delta needs more). When the budgets
+// reservation asks for (their price on usd budgets, their cost on budgets
+// counting output tokens or an expression of a call's tokens) (more if one delta needs more). When the budgets
 // cannot pay a whole chunk, the proxy asks once more for what the tightest
 // of them still holds, if that pays for the delta.
 const GrowthChunk = 512
@@ -115,7 +117,7 @@ func (p *Proxy) reserveGrowth(c *call, tokens int64) (*service.Decision, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 	defer cancel()
 	d, err := p.svc.ReserveWith(ctx, service.ReserveOptions{ID: id, StopLimits: true},
-		service.Request{Descriptors: c.req.Descriptors, Cost: tokens, Spend: spend})
+		service.Request{Descriptors: c.req.Descriptors, Cost: tokens, Spend: spend, Usage: &config.Usage{Output: tokens}})
 	switch {
 	case err != nil:
 		g.ids = append(g.ids, id) // it may have landed
@@ -161,7 +163,7 @@ func (p *Proxy) fit(c *call, d service.Decision) int64 {
 func (p *Proxy) refundGrowth(ctx context.Context, c *call) error {
 	var first error
 	for _, id := range c.growth.ids {
-		if _, err := p.svc.SettleSpend(ctx, id, 0, 0); err != nil && first == nil {
+		if _, err := p.svc.Cancel(ctx, id); err != nil && first == nil {
 			first = fmt.Errorf("refund growth %s: %w", id, err)
 		}
 	}

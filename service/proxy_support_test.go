@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -115,8 +116,9 @@ func TestReserveWithUnits(t *testing.T) {
 }
 
 // TestReserveStopLimits: a stream's growth is reserved on the budgets in
-// tokens or usd whose on_exhaust is stop, and on nothing else; with no such
-// budget nothing is charged or recorded.
+// tokens, output tokens or usd whose on_exhaust is stop, and on nothing
+// else; Cancel refunds it whole, once; with no such budget nothing is
+// charged or recorded.
 func TestReserveStopLimits(t *testing.T) {
 	t.Parallel()
 	const cfg = `
@@ -125,6 +127,8 @@ prices:
 limits:
   - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min}
   - {name: tokens-finish, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min, on_exhaust: finish}
+  - {name: output, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min, cost: output_tokens}
+  - {name: input, key: [api_key], algorithm: token_bucket, capacity: 1000, refill: 1000/min, cost: input_tokens}
   - {name: usd, key: [api_key], unit: usd, algorithm: fixed_window, limit: 1.00/day}
   - {name: requests, key: [api_key], algorithm: fixed_window, limit: 10/min, cost: 1}
   - {name: in-flight, key: [api_key], algorithm: concurrency, limit: 2}
@@ -135,22 +139,29 @@ limits:
 		e := newEnv(t, store, cfg, t0)
 		ctx := context.Background()
 		desc := D{"api_key": "k", "model": "gpt-4o"}
-		d, err := e.svc.ReserveWith(ctx, service.ReserveOptions{ID: "grow-1", StopLimits: true}, service.Request{Descriptors: desc, Cost: 400, Spend: 4000})
-		if err != nil || !d.Allowed || !d.Reserved || len(d.Limits) != 2 || d.Limits[0].Name != "tokens" || d.Limits[1].Name != "usd" {
-			t.Fatalf("ReserveWith(StopLimits) = %s, %v; want tokens and usd reserved", describe(d), err)
+		d, err := e.svc.ReserveWith(ctx, service.ReserveOptions{ID: "grow-1", StopLimits: true},
+			service.Request{Descriptors: desc, Cost: 400, Spend: 4000, Usage: &config.Usage{Output: 400}})
+		if err != nil || !d.Allowed || !d.Reserved || len(d.Limits) != 3 || d.Limits[0].Name != "tokens" || d.Limits[1].Name != "output" || d.Limits[2].Name != "usd" {
+			t.Fatalf("ReserveWith(StopLimits) = %s, %v; want tokens, output and usd reserved", describe(d), err)
 		}
-		for name, want := range map[string]int64{"tokens": 600, "tokens-finish": 1000, "usd": 996_000, "requests": 10, "in-flight": 2, "trial": 50} {
+		for name, want := range map[string]int64{"tokens": 600, "tokens-finish": 1000, "output": 600, "input": 1000, "usd": 996_000, "requests": 10, "in-flight": 2, "trial": 50} {
 			if got := e.remaining(desc, name); got != want {
 				t.Errorf("reserved: %s remaining %d, want %d", name, got, want)
 			}
 		}
-		if st, err := e.svc.SettleSpend(ctx, "grow-1", 0, 0); err != nil || st != tokenlimit.Settled {
+		if st, err := e.svc.Cancel(ctx, "grow-1"); err != nil || st != tokenlimit.Settled {
 			t.Fatal(st, err)
 		}
-		for name, want := range map[string]int64{"tokens": 1000, "usd": 1_000_000} {
+		for name, want := range map[string]int64{"tokens": 1000, "output": 1000, "usd": 1_000_000} {
 			if got := e.remaining(desc, name); got != want {
-				t.Errorf("refunded: %s remaining %d, want %d", name, got, want)
+				t.Errorf("cancelled: %s remaining %d, want %d", name, got, want)
 			}
+		}
+		if st, err := e.svc.Cancel(ctx, "grow-1"); err != nil || st != tokenlimit.AlreadySettled {
+			t.Errorf("second Cancel = %s, %v; want already settled", st, err)
+		}
+		if _, err := e.svc.Cancel(ctx, ""); !errors.Is(err, service.ErrInvalidRequest) {
+			t.Errorf("Cancel without an id: %v, want ErrInvalidRequest", err)
 		}
 		d, err = e.svc.ReserveWith(ctx, service.ReserveOptions{StopLimits: true}, service.Request{Descriptors: D{"user": "u"}, Cost: 40})
 		if err != nil || !d.Allowed || !d.Reserved || len(d.Limits) != 1 {

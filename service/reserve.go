@@ -163,15 +163,43 @@ func (s *Service) settle(ctx context.Context, id string, actual int64, spend *in
 }
 
 func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
-	switch {
-	case id == "":
-		return 0, invalid("id: required")
-	case len(id) > tokenlimit.MaxIDLength:
-		return 0, invalid("id: at most %d bytes, got %d", tokenlimit.MaxIDLength, len(id))
-	case actual < 0 || actual > tokenlimit.MaxCost:
+	if err := validID(id); err != nil {
+		return 0, err
+	}
+	if actual < 0 || actual > tokenlimit.MaxCost {
 		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	st, err := s.fault.Settle(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend, Measures: measures})
+	return s.settleRequest(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend, Measures: measures})
+}
+
+// Cancel settles reservation id as if its request never happened: every
+// limit's whole charge is refunded, whatever it counts (the LLM proxy
+// refunds a stream's growths so). The once-only rules of Settle apply.
+func (s *Service) Cancel(ctx context.Context, id string) (tokenlimit.SettleStatus, error) {
+	ctx, span := s.startDecision(ctx, OpSettle)
+	var st tokenlimit.SettleStatus
+	err := validID(id)
+	if err == nil {
+		st, err = s.settleRequest(ctx, tokenlimit.SettleRequest{ID: id, Cancel: true})
+	}
+	endSettle(span, st, err)
+	return st, err
+}
+
+// validID reports whether id can name a reservation.
+func validID(id string) error {
+	switch {
+	case id == "":
+		return invalid("id: required")
+	case len(id) > tokenlimit.MaxIDLength:
+		return invalid("id: at most %d bytes, got %d", tokenlimit.MaxIDLength, len(id))
+	}
+	return nil
+}
+
+// settleRequest applies a valid settlement.
+func (s *Service) settleRequest(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	st, err := s.fault.Settle(ctx, req)
 	if err != nil {
 		return 0, s.storeError(err)
 	}

@@ -76,10 +76,12 @@ func unitOf(l *config.Limit) Unit {
 }
 
 // stopsStreams reports whether l stops a stream it cannot pay for more of:
-// a budget in tokens or usd whose on_exhaust is stop.
+// a budget whose on_exhaust is stop in tokens (total or output, or an
+// expression of them) or usd. A budget of input tokens has nothing to
+// stop: a stream's output costs it nothing.
 func stopsStreams(l *config.Limit) bool {
 	u := unitOf(l)
-	return (u == Tokens || u == USD) && l.OnExhaust == config.Stop
+	return (u == Tokens || u == OutputTokens || u == USD) && l.OnExhaust == config.Stop
 }
 
 // UnitOf returns what the limit named name counts in the configuration in
