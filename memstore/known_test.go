@@ -36,7 +36,7 @@ func TestSameLimitComparesEveryField(t *testing.T) {
 }
 
 // quickValid, the one-item path's check of a known limit's item, accepts
-// exactly the keys and costs that tokenlimit.Item.Validate does: at the
+// exactly the keys and costs that storekit.ValidateItem does: at the
 // edges of both bounds, and for an empty key.
 func TestQuickValidAgreesWithValidate(t *testing.T) {
 	limit := tokenlimit.TokenBucketLimit(10, 5, time.Second)

@@ -249,7 +249,7 @@ func (s *Store) checkLocked(items []tokenlimit.Item, decided []pending, results 
 }
 
 // quickValid reports whether it has a key and a cost in range: with a known
-// limit, a valid item. Its bounds are tokenlimit.Item.Validate's
+// limit, a valid item. Its bounds are storekit.ValidateItem's
 // (TestQuickValidAgreesWithValidate holds them together); an item it
 // refuses takes the full path, which says what is wrong.
 func quickValid(it *tokenlimit.Item) bool {
