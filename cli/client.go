@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 )
 
 // clientFlags are the options of the commands that talk to a server.
@@ -103,8 +106,10 @@ func (f *clientFlags) call(cmd *cobra.Command, path string, body map[string]any,
 		return fmt.Errorf("--server %q: %w", f.server, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token := f.token(); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if strings.HasPrefix(path, "/v1/admin/") {
+		if err := setAdminToken(req, f.adminToken); err != nil {
+			return err
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -139,11 +144,18 @@ func statusExit(status int) int {
 	return ExitUnreachable
 }
 
-func (f *clientFlags) token() string {
-	if f.adminToken != "" {
-		return f.adminToken
+// setAdminToken sets req's Authorization to the admin token of a client's
+// --admin-token value, else $TOKENLIMIT_ADMIN_TOKEN: TOKEN, or the TOKEN of
+// NAME:TOKEN (httpx.AdminBearer). None sets nothing.
+func setAdminToken(req *http.Request, value string) error {
+	token, err := httpx.AdminBearer(cmp.Or(value, os.Getenv("TOKENLIMIT_ADMIN_TOKEN")))
+	if err != nil {
+		return &exitError{ExitUsage, err}
 	}
-	return os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return nil
 }
 
 func parseDescriptors(pairs []string) (map[string]string, error) {

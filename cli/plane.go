@@ -63,8 +63,8 @@ func (c *adminClient) do(ctx context.Context, method, path string, body any, ifM
 	if ifMatch != "" {
 		req.Header.Set("If-Match", ifMatch)
 	}
-	if token := (&clientFlags{adminToken: c.adminToken}).token(); token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if err := setAdminToken(req, c.adminToken); err != nil {
+		return answer{}, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -48,8 +48,13 @@ type cliKey struct {
 // exports them and imports them into another.
 func TestPlaneCommands(t *testing.T) {
 	t.Parallel()
+	// The server's admin tokens from a file of named ones.
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("# the plane's admins\nops:secret\nci:other-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	serveArgs := func() []string {
-		return []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret", "--data-dir", t.TempDir()}
+		return []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "@" + tokens, "--data-dir", t.TempDir()}
 	}
 	_, base := child(t, serveArgs()...)
 
@@ -143,6 +148,10 @@ func TestPlaneCommands(t *testing.T) {
 	// Bad input: the server's reason, naming the field, and exit status 2.
 	if _, err := tl(t, base, "teams", "create", "bad", "--limits", `[{"name": "x", "algorithm": "fixed_window", "limit": "-5/min"}]`); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "limits[0]") {
 		t.Errorf("teams create with a negative limit: %v, want exit status %d naming limits[0]", err, ExitUsage)
+	}
+	// A client takes NAME:TOKEN as well, and sends the token.
+	if err := Run(context.Background(), []string{"teams", "list", "--server", base, "--admin-token", "ci:other-secret"}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Errorf("teams list with --admin-token ci:other-secret: %v", err)
 	}
 	err = Run(context.Background(), []string{"teams", "list", "--server", base, "--admin-token", "wrong"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if !errors.As(err, &ee) || ee.code != ExitUsage {

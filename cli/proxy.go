@@ -83,7 +83,7 @@ docs/proxy.md walks through it.`,
 	fl.DurationVar(&f.maxRetryWait, "max-retry-wait", proxy.DefaultMaxRetryWait, "longest wait a 429 asks clients to retry after; a longer one (a used-up daily budget) says not to retry: x-should-retry: false, code insufficient_quota, no retry-after-ms")
 	fl.DurationVar(&f.upstreamTimeout, "upstream-timeout", 10*time.Minute, "how long to wait for the upstream's response headers; past it the call is refunded with 504")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file (0: only on SIGHUP)")
-	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for the quota plane's /v1/admin/teams and /v1/admin/keys (default $TOKENLIMIT_ADMIN_TOKEN; empty: they answer 403)")
+	fl.StringVar(&f.adminToken, "admin-token", "", "for the quota plane's /v1/admin/teams and /v1/admin/keys, "+adminTokenHelp)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	return cmd
 }
@@ -160,12 +160,11 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	f.upstream = upstream.Redacted() // for the log: no password
-	// The token is read here, not as the flag's default, which --help
-	// would print.
-	if f.adminToken == "" {
-		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
+	tokens, err := serverAdminTokens(f.adminToken)
+	if err != nil {
+		return err
 	}
-	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(f.adminToken, f.adminAnywhere), Who: "admin", Log: log, MaxBody: f.maxBodyBytes}
+	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(tokens, f.adminAnywhere), Log: log, MaxBody: f.maxBodyBytes}
 	return serveProxy(ctx, log, f, file, svc, tr.handler(withAdmin(p, admin)), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 

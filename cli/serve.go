@@ -155,7 +155,7 @@ rejected and the running limits stay.`,
 	f.storeFlags.register(fl)
 	f.logFlags.register(fl)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
-	fl.StringVar(&f.adminToken, "admin-token", "", "bearer token for /v1/admin/* (default $TOKENLIMIT_ADMIN_TOKEN; empty: admin endpoints off)")
+	fl.StringVar(&f.adminToken, "admin-token", "", "for /v1/admin/*, "+adminTokenHelp)
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file or --envoy-config directory (0: only on SIGHUP)")
 	fl.StringVar(&f.envoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit *.yaml files: answer as envoyproxy/ratelimit does (see docs/rls.md)")
@@ -169,8 +169,9 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.adminToken == "" { // read here, not as the flag's default, which --help would print
-		f.adminToken = os.Getenv("TOKENLIMIT_ADMIN_TOKEN")
+	tokens, err := serverAdminTokens(f.adminToken)
+	if err != nil {
+		return err
 	}
 	file := &configFile{path: f.config}
 	cfg, err := file.load()
@@ -192,12 +193,12 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	}
 	defer closeStore()
 	log.Info("starting", "config", cfg.Source, "limits", len(cfg.Limits), "store", svc.Health().Store)
-	dashboard, err := web.New(svc, web.Options{AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, Stats: svc.Stats(), Done: ctx.Done()})
+	dashboard, err := web.New(svc, web.Options{AdminTokens: tokens, AdminFromAnywhere: f.adminAnywhere, Stats: svc.Stats(), Done: ctx.Done()})
 	if err != nil {
 		return err
 	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminToken: f.adminToken, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
+		AdminTokens: tokens, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -56,9 +57,11 @@ const maxBodyBytes = 16 << 10
 // the key inspector, with no live decision counts.
 type Options struct {
 	// AdminToken is the bearer token the key inspector needs to inspect
-	// and reset budgets, as the API's /v1/admin endpoints do. Empty turns
-	// the inspector off: its endpoints answer 403.
-	AdminToken string
+	// and reset budgets, as the API's /v1/admin endpoints do, named
+	// "admin" in the audit log lines; AdminTokens are more, by name. None
+	// turns the inspector off: its endpoints answer 403.
+	AdminToken  string
+	AdminTokens map[string]string
 	// AdminFromAnywhere lets the inspector answer clients that are not on
 	// loopback; by default only 127.0.0.0/8 and ::1 may use it.
 	AdminFromAnywhere bool
@@ -120,8 +123,12 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	tokens, err := httpx.WithAdminToken(opts.AdminTokens, "", opts.AdminToken)
+	if err != nil {
+		return nil, fmt.Errorf("web: %w", err)
+	}
 	d := &dashboard{
-		svc: svc, opts: opts, admin: httpx.NewAdminGate(opts.AdminToken, opts.AdminFromAnywhere),
+		svc: svc, opts: opts, admin: httpx.NewAdminGate(tokens, opts.AdminFromAnywhere),
 		static: static, etags: etags,
 	}
 	if d.sims, err = sim.New(sim.Options{Clock: opts.Clock, MaxSessions: opts.MaxSessions, SessionIdle: opts.SessionIdle}); err != nil {

@@ -1,42 +1,101 @@
 package httpx
 
 import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 )
 
 // AdminGate guards admin endpoints. A request passes only if an admin token
 // is configured, the client is on loopback (unless FromAnywhere), and it
-// carries "Authorization: Bearer <token>". Tokens are compared as SHA-256
-// digests in constant time, so neither their content nor their length leaks
-// through timing. The zero value refuses everything (no token).
+// carries "Authorization: Bearer <token>" of one of the named admin tokens;
+// the handler then finds that token's name with AdminName. Tokens are
+// compared as SHA-256 digests in constant time, each of them, so neither
+// their content, their length nor which one matched leaks through timing.
+// The zero value refuses everything (no token).
 type AdminGate struct {
-	token        peer.Token
-	enabled      bool
+	tokens       []adminToken
 	fromAnywhere bool
 }
 
-// NewAdminGate returns the gate of token; an empty token disables the
-// admin endpoints (403). fromAnywhere lets clients off loopback in.
-func NewAdminGate(token string, fromAnywhere bool) AdminGate {
-	return AdminGate{token: peer.NewToken(token), enabled: token != "", fromAnywhere: fromAnywhere}
+// adminToken is one admin token's digest and its name.
+type adminToken struct {
+	name  string
+	token peer.Token
+}
+
+// DefaultAdminName names an admin token given without a name.
+const DefaultAdminName = "admin"
+
+// NewAdminGate returns the gate of tokens, by name; none (or only empty
+// tokens) disables the admin endpoints (403). fromAnywhere lets clients
+// off loopback in.
+func NewAdminGate(tokens map[string]string, fromAnywhere bool) AdminGate {
+	g := AdminGate{fromAnywhere: fromAnywhere}
+	for name, token := range tokens {
+		if token != "" {
+			g.tokens = append(g.tokens, adminToken{name: name, token: peer.NewToken(token)})
+		}
+	}
+	slices.SortFunc(g.tokens, func(a, b adminToken) int { return strings.Compare(a.name, b.name) })
+	return g
+}
+
+// WithAdminToken returns named, the admin tokens by name, with token added
+// under name (DefaultAdminName when ""): the options of a server that take
+// one token and a map of more. An empty token adds nothing; a name taken
+// twice is an error.
+func WithAdminToken(named map[string]string, name, token string) (map[string]string, error) {
+	if token == "" {
+		return named, nil
+	}
+	name = cmp.Or(name, DefaultAdminName)
+	if _, dup := named[name]; dup {
+		return nil, fmt.Errorf("two admin tokens named %q", name)
+	}
+	out := maps.Clone(named)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[name] = token
+	return out, nil
+}
+
+// adminNameKey is the context key of the name of the admin token a
+// request passed the gate with.
+type adminNameKey struct{}
+
+// AdminName returns the name of the admin token the request of ctx passed
+// the gate with; "" for a request that did not pass one.
+func AdminName(ctx context.Context) string {
+	name, _ := ctx.Value(adminNameKey{}).(string)
+	return name
 }
 
 // Wrap answers 403 when no admin token is configured or the client is not
 // on loopback (and FromAnywhere is off), 401 with WWW-Authenticate unless
-// the request carries the token; otherwise it calls next. what names the
+// the request carries an admin token; otherwise it calls next with the
+// token's name in the request's context (AdminName). what names the
 // guarded feature in the messages, such as "the admin endpoints".
 func (g AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if e := g.check(what, r); e != nil {
+		name, e := g.check(what, r)
+		if e != nil {
 			if e.Status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)
 			}
 			WriteError(w, e)
 			return
 		}
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), adminNameKey{}, name)))
 	}
 }
 
@@ -44,23 +103,110 @@ func (g AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 // (no admin token configured, or r not from loopback), naming them as what;
 // "" when a request with the token would be served.
 func (g AdminGate) Off(what string, r *http.Request) string {
-	if e := g.check(what, r); e != nil && e.Status == http.StatusForbidden {
+	if _, e := g.check(what, r); e != nil && e.Status == http.StatusForbidden {
 		return e.Message
 	}
 	return ""
 }
 
-func (g AdminGate) check(what string, r *http.Request) *Error {
+// check returns the name of the admin token r carries, or why r is
+// refused.
+func (g AdminGate) check(what string, r *http.Request) (string, *Error) {
 	switch {
-	case !g.enabled:
-		return &Error{Status: http.StatusForbidden, Field: "Authorization",
+	case len(g.tokens) == 0:
+		return "", &Error{Status: http.StatusForbidden, Field: "Authorization",
 			Message: what + " are disabled: start the server with an admin token (--admin-token) to enable them"}
 	case !g.fromAnywhere && !peer.IsLoopback(r):
-		return &Error{Status: http.StatusForbidden,
+		return "", &Error{Status: http.StatusForbidden,
 			Message: what + " answer loopback clients only (serve --admin-from-anywhere to change it)"}
-	case !g.token.CarriedBy(r):
-		return &Error{Status: http.StatusUnauthorized, Field: "Authorization",
+	}
+	given := peer.TokenOf(r)
+	found := -1
+	for i, t := range g.tokens { // every one: how long this takes says nothing of which matched
+		if t.token.Equal(given) {
+			found = i
+		}
+	}
+	if found < 0 {
+		return "", &Error{Status: http.StatusUnauthorized, Field: "Authorization",
 			Message: "want Authorization: Bearer <admin token>"}
 	}
-	return nil
+	return g.tokens[found].name, nil
+}
+
+// adminNamePattern is what an admin token's name may be.
+var adminNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// splitAdminToken reads "NAME:TOKEN" or a bare "TOKEN" (named
+// DefaultAdminName): a value is NAME:TOKEN when what precedes its first
+// ':' is a valid name, so a bare token holding ':' must be given with a
+// name.
+func splitAdminToken(value string) (name, token string) {
+	if n, t, ok := strings.Cut(value, ":"); ok && adminNamePattern.MatchString(n) {
+		return n, t
+	}
+	return DefaultAdminName, value
+}
+
+// ParseAdminTokens reads the value of --admin-token (or
+// $TOKENLIMIT_ADMIN_TOKEN) as a server takes it: "TOKEN", one token named
+// "admin"; "NAME:TOKEN", one named token; or "@FILE", a file read with
+// readFile holding one NAME:TOKEN a line (blank lines and lines starting
+// with # skipped). Names are 1-63 lowercase letters, digits, '_', '.', '-'
+// and distinct; tokens are not empty and distinct. "" is no token. Errors
+// name the flag and the line, never a token.
+func ParseAdminTokens(value string, readFile func(string) ([]byte, error)) (map[string]string, error) {
+	if value == "" {
+		return nil, nil
+	}
+	file, ok := strings.CutPrefix(value, "@")
+	if !ok {
+		name, token := splitAdminToken(value)
+		if token == "" {
+			return nil, errors.New("--admin-token: NAME:TOKEN has an empty token")
+		}
+		return map[string]string{name: token}, nil
+	}
+	data, err := readFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-token: %w", err)
+	}
+	tokens := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, token, ok := strings.Cut(line, ":")
+		switch {
+		case !ok || !adminNamePattern.MatchString(name):
+			return nil, fmt.Errorf("--admin-token: %s:%d: want NAME:TOKEN, NAME 1-63 of a-z 0-9 _ . - (the line is not shown: it may hold a token)", file, i+1)
+		case token == "":
+			return nil, fmt.Errorf("--admin-token: %s:%d: the token of %q is empty", file, i+1, name)
+		case tokens[name] != "":
+			return nil, fmt.Errorf("--admin-token: %s:%d: a second token named %q", file, i+1, name)
+		}
+		for other, t := range tokens {
+			if t == token {
+				return nil, fmt.Errorf("--admin-token: %s:%d: %q has the token of %q: each name needs its own", file, i+1, name, other)
+			}
+		}
+		tokens[name] = token
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("--admin-token: %s holds no NAME:TOKEN line", file)
+	}
+	return tokens, nil
+}
+
+// AdminBearer returns the token a client sends for value, --admin-token as
+// a client takes it: "TOKEN", or the TOKEN of "NAME:TOKEN" (so that one
+// $TOKENLIMIT_ADMIN_TOKEN serves a server and its command line). A file
+// of tokens is the server's form only.
+func AdminBearer(value string) (string, error) {
+	if strings.HasPrefix(value, "@") {
+		return "", errors.New("--admin-token: a client sends one token, TOKEN or NAME:TOKEN, not @FILE")
+	}
+	_, token := splitAdminToken(value)
+	return token, nil
 }

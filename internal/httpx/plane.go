@@ -22,8 +22,6 @@ type PlaneAdmin struct {
 	Plane   *plane.Plane
 	Service *service.Service
 	Gate    AdminGate
-	// Who names the admin token in the audit lines.
-	Who     string
 	Log     *slog.Logger
 	MaxBody int64
 }
@@ -151,7 +149,7 @@ func (a PlaneAdmin) written(w http.ResponseWriter, r *http.Request, status int, 
 
 // audit logs one change: who, what, which record, its new version.
 func (a PlaneAdmin) audit(r *http.Request, action, kind, id string, version int64) {
-	a.Log.InfoContext(r.Context(), "plane change", "who", a.Who, "action", action, "kind", kind, "id", id, "version", version)
+	a.Log.InfoContext(r.Context(), "plane change", "who", AdminName(r.Context()), "action", action, "kind", kind, "id", id, "version", version)
 }
 
 func (a PlaneAdmin) teams(w http.ResponseWriter, r *http.Request) {

@@ -84,7 +84,7 @@ func ResetHandler(svc *service.Service, log *slog.Logger, maxBody int64) http.Ha
 			WriteError(w, e)
 			return
 		}
-		log.InfoContext(r.Context(), "admin reset", "descriptors", redact.Descriptors(b.Descriptors), "limit", b.Limit, "keys", len(keys))
+		log.InfoContext(r.Context(), "admin reset", "who", AdminName(r.Context()), "descriptors", redact.Descriptors(b.Descriptors), "limit", b.Limit, "keys", len(keys))
 		if keys == nil {
 			keys = []string{}
 		}

@@ -107,10 +107,14 @@ type Token [sha256.Size]byte
 func NewToken(secret string) Token { return sha256.Sum256([]byte(secret)) }
 
 // CarriedBy reports whether r carries "Authorization: Bearer <secret>".
-func (t Token) CarriedBy(r *http.Request) bool {
-	given := peerToken(Bearer(r.Header.Get("Authorization")))
-	return subtle.ConstantTimeCompare(given[:], t[:]) == 1
-}
+func (t Token) CarriedBy(r *http.Request) bool { return t.Equal(TokenOf(r)) }
+
+// TokenOf returns the token r carries as "Authorization: Bearer <secret>";
+// the zero Token, which no NewToken equals, when it carries none.
+func TokenOf(r *http.Request) Token { return peerToken(Bearer(r.Header.Get("Authorization"))) }
+
+// Equal reports whether t and u are the same token, in constant time.
+func (t Token) Equal(u Token) bool { return subtle.ConstantTimeCompare(t[:], u[:]) == 1 }
 
 func peerToken(s string) Token {
 	if s == "" {

@@ -12,6 +12,7 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -30,8 +31,14 @@ const DefaultMaxBodyBytes = 64 << 10
 // except the admin ones, with no /metrics and a placeholder page at /.
 type Options struct {
 	// AdminToken is the bearer token of the admin endpoints
-	// (/v1/admin/...). Empty disables them: they answer 403.
+	// (/v1/admin/...), named AdminName in the audit log lines ("admin"
+	// when empty). With no AdminTokens either, the admin endpoints are
+	// disabled: they answer 403.
 	AdminToken string
+	AdminName  string
+	// AdminTokens are more admin tokens, by name: each change made with
+	// one is logged under its name, never the token.
+	AdminTokens map[string]string
 	// AdminFromAnywhere lets the admin endpoints answer clients that are
 	// not on loopback. By default they answer only 127.0.0.0/8 and ::1,
 	// even with the right token, so that a service listening on a public
@@ -53,9 +60,6 @@ type Options struct {
 	// endpoints /v1/admin/teams and /v1/admin/keys manage; the service
 	// must have it too (service.Options.Plane).
 	Plane *plane.Plane
-	// AdminName names the admin token in the plane's audit log lines;
-	// "admin" when empty.
-	AdminName string
 	// Dashboard, if not nil, is served at / (and every path the API does
 	// not own). When nil, / answers a small page pointing to /v1/limits.
 	Dashboard http.Handler
@@ -89,7 +93,11 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &api{svc: svc, opts: opts, log: opts.Logger, admin: httpx.NewAdminGate(opts.AdminToken, opts.AdminFromAnywhere)}
+	tokens, err := httpx.WithAdminToken(opts.AdminTokens, opts.AdminName, opts.AdminToken)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: New: %w", err)
+	}
+	a := &api{svc: svc, opts: opts, log: opts.Logger, admin: httpx.NewAdminGate(tokens, opts.AdminFromAnywhere)}
 	return a.routes(), nil
 }
 
@@ -115,11 +123,7 @@ func (a *api) endpoints() []endpoint {
 		{"/readyz", get, a.readyz},
 	}
 	if a.opts.Plane != nil {
-		who := a.opts.AdminName
-		if who == "" {
-			who = "admin"
-		}
-		admin := httpx.PlaneAdmin{Plane: a.opts.Plane, Service: a.svc, Gate: a.admin, Who: who, Log: a.log, MaxBody: a.opts.MaxBodyBytes}
+		admin := httpx.PlaneAdmin{Plane: a.opts.Plane, Service: a.svc, Gate: a.admin, Log: a.log, MaxBody: a.opts.MaxBodyBytes}
 		for _, r := range admin.Routes() {
 			eps = append(eps, endpoint{r.Path, r.Methods, r.Handler})
 		}

@@ -249,3 +249,42 @@ func TestPlaneDenialNamesLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestPlaneAuditNamesTheAdminToken: each change's audit line names the
+// admin token it was made with, never the token; the reset of a budget
+// too.
+func TestPlaneAuditNamesTheAdminToken(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	var svc *service.Service
+	p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+		KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, memBackend(), setup{config: planeConfig, svc: func(o *service.Options) { o.Plane = p },
+		opts: httpapi.Options{AdminTokens: map[string]string{"alice": "tok-alice", "ci-bot": "tok-ci"}, Plane: p, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}})
+	svc = e.svc
+	if r := e.post("/v1/admin/teams", `{"name": "acme"}`, "Authorization: Bearer tok-alice"); r.status != http.StatusCreated {
+		t.Fatalf("POST teams as alice: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/admin/keys", `{"name": "k", "team": "acme"}`, "Authorization: Bearer tok-ci"); r.status != http.StatusCreated {
+		t.Fatalf("POST keys as ci-bot: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/admin/reset", `{"descriptors": {"api_key": "sk-x"}}`, "Authorization: Bearer tok-ci"); r.status != http.StatusOK {
+		t.Fatalf("reset as ci-bot: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/admin/teams", `{"name": "other"}`, "Authorization: Bearer tok-nobody"); r.status != http.StatusUnauthorized {
+		t.Fatalf("POST teams with no admin token of ours: %d, want 401", r.status)
+	}
+	out := logs.String()
+	for _, want := range []string{`"who":"alice","action":"create","kind":"team","id":"acme"`, `"who":"ci-bot","action":"create","kind":"key"`, `"msg":"admin reset","who":"ci-bot"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no audit line with %s in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tok-") {
+		t.Errorf("the log holds an admin token:\n%s", out)
+	}
+}
