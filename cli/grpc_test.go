@@ -53,7 +53,8 @@ func startServe(t *testing.T, args ...string) (httpAddr, grpcAddr string) {
 }
 
 // TestGrpcurlReflection: grpcurl lists the services by reflection, calls
-// ShouldRateLimit and the health check, in both modes.
+// ShouldRateLimit (getting its request id back) and the health check, in
+// both modes.
 func TestGrpcurlReflection(t *testing.T) {
 	t.Parallel()
 	grpcurl := testkit.GoTool(t, "grpcurl", grpcurlModule)
@@ -87,9 +88,13 @@ func TestGrpcurlReflection(t *testing.T) {
 				t.Errorf("grpcurl describe:\n%s", desc)
 			}
 			req := `{"domain":"` + mode.domain + `","descriptors":[{"entries":` + mode.entries + `}]}`
-			out := run("-d", req, addr, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+			out := run("-v", "-H", "x-request-id: grpcurl-1", "-d", req, addr, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
 			if !strings.Contains(out, `"overallCode": "OK"`) || !strings.Contains(out, `"currentLimit"`) {
 				t.Errorf("grpcurl ShouldRateLimit:\n%s", out)
+			}
+			// The call's request id, the caller's, comes back as a header.
+			if !strings.Contains(out, "x-request-id: grpcurl-1") {
+				t.Errorf("grpcurl ShouldRateLimit: no x-request-id: grpcurl-1 among the response headers:\n%s", out)
 			}
 			if out := run(addr, "grpc.health.v1.Health/Check"); !strings.Contains(out, `"status": "SERVING"`) {
 				t.Errorf("grpcurl health check:\n%s", out)

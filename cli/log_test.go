@@ -191,3 +191,35 @@ func TestLogFlagsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A full embedded store is logged once, at error, however many requests it
+// then refuses (each a 429 key_space_full, counted in the metrics).
+func TestServeLogsAFullStoreOnce(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  - name: per-user\n    key: [user]\n    algorithm: fixed_window\n    limit: 100/1h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, logs, stop := startServeLogged(t, "--config", cfg, "--max-keys", "1")
+	if resp := request(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"user": "alice"}}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("alice: %d, want 200 (the one key)", resp.StatusCode)
+	}
+	for _, user := range []string{"bob", "carol", "dave", "erin"} {
+		if resp := request(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"user": "`+user+`"}}`); resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("%s: %d, want 429 key_space_full", user, resp.StatusCode)
+		}
+	}
+	stop()
+	full := 0
+	for _, line := range logs.lines() {
+		if strings.Contains(line, `"msg":"the store is full`) {
+			full++
+			if !strings.Contains(line, `"level":"ERROR"`) {
+				t.Errorf("the full store logged as %s, want at error", line)
+			}
+		}
+	}
+	if full != 1 {
+		t.Errorf("the full store was logged %d times for 4 refused requests, want once:\n%s", full, strings.Join(logs.lines(), "\n"))
+	}
+}
