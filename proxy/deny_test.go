@@ -1,6 +1,8 @@
 package proxy_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/plane"
 )
 
 // TestTokenLimit429: bob's bucket of 2,000 tokens refills 2,000/min, 30ms a
@@ -145,5 +148,50 @@ func TestHugeParamsRejected(t *testing.T) {
 		if n := len(e.up.Calls()); n != 0 {
 			t.Errorf("the upstream got %d calls, want none", n)
 		}
+	})
+}
+
+// TestTeamBudgetDenialNamesTheTeam: a plane key whose team has spent its
+// monthly budget is refused in each provider's shape with a message that
+// names the team, the budget, what is used and when it resets.
+func TestTeamBudgetDenialNamesTheTeam(t *testing.T) {
+	t.Parallel()
+	const yml = `
+prices:
+  gpt-4o: {input: 2.50, cached_input: 1.25, output: 10.00}
+  claude-sonnet-4*: {input: 3, cached_input: 0.30, output: 15}
+limits:
+  - {name: requests-per-key, key: [api_key], algorithm: fixed_window, limit: 100/min, cost: 1}
+`
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, withConfig(yml), withPlane())
+		ctx := context.Background()
+		if _, err := e.plane.CreateTeam(ctx, plane.Spec{Name: "acme", Limits: json.RawMessage(
+			`[{"name": "usd-monthly", "unit": "usd", "algorithm": "fixed_window", "limit": "50.00/day", "calendar": "month"}]`)}); err != nil {
+			t.Fatal(err)
+		}
+		_, secret, err := e.plane.CreateKey(ctx, plane.Spec{Name: "laptop", Team: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 5,000,000 output tokens at $10/M: the team's $50.00, all of it.
+		e.up.set(func(b *behaviour) { b.Prompt, b.Completion = 0, 5_000_000 })
+		if resp, body := e.post("/v1/chat/completions", secret, `{"model":"gpt-4o","max_tokens":1000,"messages":[]}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("first call: %d %s", resp.StatusCode, body)
+		}
+		if s := e.waitSettled(); s.Spend != 50_000_000 {
+			t.Fatalf("first call spent %d µ$, want 50,000,000", s.Spend)
+		}
+		const says = `team \"acme\" budget \"usd-monthly\" exhausted: $50.00 of $50.00 used, resets 2026-02-01T00:00:00Z (in 398h30m0s); this request needs $`
+		resp, body := e.post("/v1/chat/completions", secret, chatBody)
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(body, `{"error":{"message":"`+says) ||
+			!strings.HasSuffix(body, `, so retrying sooner will not succeed.","type":"usd","param":null,"code":"insufficient_quota"}}`+"\n") {
+			t.Errorf("OpenAI: status %d, body %s; want 429 saying %s", resp.StatusCode, body, says)
+		}
+		resp, body = e.sendWith("/v1/messages", map[string]string{"X-Api-Key": secret, "Anthropic-Version": "2023-06-01"}, msgBody)
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(body, `{"type":"error","error":{"type":"rate_limit_error","message":"`+says) {
+			t.Errorf("Anthropic: status %d, body %s; want 429 saying %s", resp.StatusCode, body, says)
+		}
+		e.noMoreSettlements()
 	})
 }
