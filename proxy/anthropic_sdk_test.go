@@ -41,7 +41,9 @@ type sdkResult struct {
 	Message      string  `json:"message"`
 	RetryAfter   *string `json:"retryAfter"`
 	ShouldRetry  *string `json:"shouldRetry"`
-	ElapsedMs    float64 `json:"elapsedMs"`
+	// Headers are the response's rate-limit headers (scenario headers).
+	Headers   map[string]string `json:"headers"`
+	ElapsedMs float64           `json:"elapsedMs"`
 }
 
 // defaultRetries runs an SDK with its default retries (2 for both).

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
 )
@@ -67,15 +69,38 @@ func TestTokenClasses(t *testing.T) {
 
 // TestTokenClassesClamped: a usage whose cached part is larger than its
 // input (40 of 31) or whose reasoning is larger than its output is
-// believed about the wholes: the parts are clamped to them.
+// believed about the wholes: the parts are clamped to them, and counted in
+// tokenlimit_proxy_usage_corrected_total{rule="clamped"}; a usage with a
+// negative field is ignored and counted as rule="ignored".
 func TestTokenClassesClamped(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "memory")
+	reg := prometheus.NewRegistry()
+	m, err := proxy.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "memory", withOptions(func(o *proxy.Options) { o.Metrics = m }))
 	e.up.set(func(b *behaviour) { b.CacheRead, b.Reasoning = 40, 50 })
 	if resp, body := e.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	if s := e.waitSettled(); s.Actual != 40 || s.Input != 31 || s.Cached != 31 || s.Output != 9 || s.Reasoning != 9 {
 		t.Errorf("settled %+v, want 31 input all cached, 9 output all reasoning", s)
+	}
+	corrected := func(rule string) float64 {
+		return testkit.Metric(t, reg, "tokenlimit_proxy_usage_corrected_total", "rule", rule)
+	}
+	if c, i := corrected("clamped"), corrected("ignored"); c != 1 || i != 0 {
+		t.Errorf("usage corrected: clamped %v, ignored %v; want 1, 0", c, i)
+	}
+	e.up.set(func(b *behaviour) { b.CacheRead, b.Reasoning, b.Completion = 0, 0, -9 })
+	if resp, body := e.post("/v1/chat/completions", alice, chatBody); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if s := e.waitSettled(); s.Basis != proxy.ByCount {
+		t.Errorf("a negative usage settled %+v, want counted", s)
+	}
+	if c, i := corrected("clamped"), corrected("ignored"); c != 1 || i != 1 {
+		t.Errorf("usage corrected: clamped %v, ignored %v; want 1, 1", c, i)
 	}
 }

@@ -115,41 +115,50 @@ func writeParamError(w http.ResponseWriter, d dialect, status int, typ, code, pa
 
 // setRateHeaders sets the rate-limit headers of c's dialect from decision
 // d: the tightest enforced limit counting requests, and the tightest
-// counting tokens. Concurrency limits are not reported there.
+// counting tokens (of any class). Concurrency limits are not reported there.
 //
 // OpenAI's are x-ratelimit-{limit,remaining,reset}-{requests,tokens}, the
 // reset being how long until the limit is whole again, as a Go duration
 // rounded up to the millisecond ("6m0s", "1.5s", "20ms"). Anthropic's are
 // anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}, the reset
-// being the time it is whole again in RFC 3339, rounded up to the second.
+// being the time it is whole again in RFC 3339, rounded up to the second,
+// and anthropic-ratelimit-input-tokens-* and -output-tokens-* from the
+// tightest limit counting input tokens (cost: input_tokens or
+// uncached_input_tokens) and output tokens (cost: output_tokens).
 // Spend budgets are reported in both dialects as x-ratelimit-*-usd (see
 // usdHeaders).
 func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
 	p.usdHeaders(h, d)
-	for _, u := range []service.Unit{service.Requests, service.Tokens} {
-		t, ok := p.tightestOf(d, u)
-		if !ok {
-			continue
+	for _, u := range []struct {
+		name string
+		of   func(service.Unit) bool
+	}{
+		{"requests", func(u service.Unit) bool { return u == service.Requests }},
+		{"tokens", service.Unit.IsTokens},
+		{"input-tokens", func(u service.Unit) bool { return u == service.InputTokens }},
+		{"output-tokens", func(u service.Unit) bool { return u == service.OutputTokens }},
+	} {
+		t, ok := p.tightestOf(d, u.of)
+		switch {
+		case !ok:
+		case c.dialect == anthropic:
+			ratelimitheader.Of(t.Name, t.Result, false, 0).SetAnthropic(h, u.name, d.At)
+		case u.name == "requests" || u.name == "tokens": // OpenAI's API has no input or output headers
+			ratelimitheader.Of(t.Name, t.Result, false, 0).SetOpenAI(h, u.name)
 		}
-		f := ratelimitheader.Of(t.Name, t.Result, false, 0)
-		if c.dialect == anthropic {
-			f.SetAnthropic(h, u.String(), d.At)
-			continue
-		}
-		f.SetOpenAI(h, u.String())
 	}
 }
 
 // tightestOf returns the tightest enforced outcome of d among the limits
-// counting u; false if there is none.
-func (p *Proxy) tightestOf(d service.Decision, u service.Unit) (service.Outcome, bool) {
-	var of []service.Outcome
+// whose unit is of; false if there is none.
+func (p *Proxy) tightestOf(d service.Decision, of func(service.Unit) bool) (service.Outcome, bool) {
+	var in []service.Outcome
 	for _, o := range d.Limits {
-		if !o.Shadow && o.Unit == u {
-			of = append(of, o)
+		if !o.Shadow && of(o.Unit) {
+			in = append(in, o)
 		}
 	}
-	return service.Decision{Limits: of}.Tightest()
+	return service.Decision{Limits: in}.Tightest()
 }
 
 // deny answers 429 for decision d, naming its tightest limit and where it

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/proxy"
+	"github.com/tokenlimit/tokenlimit/proxy/costexpr"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -90,7 +92,10 @@ func newEnv(t *testing.T, store string, edits ...func(*setup)) *env {
 	for _, edit := range edits {
 		edit(&s)
 	}
-	cfg := testkit.ParseConfig(t, s.yml)
+	cfg, err := config.ParseWith([]byte(s.yml), t.Name()+".yaml", config.Options{Compile: costexpr.Compile})
+	if err != nil {
+		t.Fatalf("configuration:\n%v", err)
+	}
 	e := &env{t: t, up: newFakeUpstream(), settled: make(chan proxy.Settlement, 100)}
 	setupService := testkit.Setup{Store: store, Config: cfg, Start: t0, WrapStore: s.store}
 	if s.plane {

@@ -19,6 +19,8 @@ type Metrics struct {
 	spend    *spendCounter
 	statuses *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// corrected counts usages the proxy did not settle to as reported.
+	corrected *prometheus.CounterVec
 }
 
 // OtherModel is the model label of calls whose model has no price.
@@ -42,8 +44,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from forwarding a call to the upstream's response headers, by API.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"api"}),
+		corrected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_proxy_usage_corrected_total",
+			Help: "Usages upstreams reported that the proxy did not take as they were, by rule: ignored (a negative field, or more than 2^40 tokens: settled as if no usage was reported) or clamped (a part above its whole, such as cached tokens above the input: the part cut to its whole).",
+		}, []string{"rule"}),
 	}
-	for _, c := range []prometheus.Collector{m.tokens, m.spend, m.statuses, m.latency} {
+	for _, rule := range []string{"ignored", "clamped"} {
+		m.corrected.WithLabelValues(rule) // at 0 from the start, for alerts
+	}
+	for _, c := range []prometheus.Collector{m.tokens, m.spend, m.statuses, m.latency, m.corrected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -58,6 +67,13 @@ func (m *Metrics) upstream(k Kind, status int, took time.Duration) {
 	}
 	m.statuses.WithLabelValues(k.String(), strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(k.String()).Observe(took.Seconds())
+}
+
+// usageCorrected counts a usage corrected by rule (ignored, clamped).
+func (m *Metrics) usageCorrected(rule string) {
+	if m != nil {
+		m.corrected.WithLabelValues(rule).Inc()
+	}
 }
 
 // settled records a settled call's tokens and spend (micro-dollars) under

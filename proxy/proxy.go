@@ -394,6 +394,7 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 			c.est.Completion = p.capCompletion(c)
 		}
 		c.req.Cost = max(c.est.Total(), 1)
+		c.req.Usage = &config.Usage{Input: c.est.Prompt, Output: c.est.Completion}
 		if !p.priceEstimate(w, c) {
 			return false
 		}
@@ -423,7 +424,8 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 }
 
 // capCompletion returns the default reply budget, capped so that prompt and
-// reply fit the smallest token budget the request selects.
+// reply fit the smallest token budget the request selects, and the reply
+// the smallest output-token budget.
 func (p *Proxy) capCompletion(c *call) int64 {
 	req := c.req // a plane key's levels too
 	req.Cost = 1
@@ -433,8 +435,12 @@ func (p *Proxy) capCompletion(c *call) int64 {
 	}
 	completion := c.est.Completion
 	for _, s := range sel {
-		if s.Unit == service.Tokens && !s.Shadow {
+		switch {
+		case s.Shadow:
+		case s.Unit == service.Tokens:
 			completion = min(completion, max(0, s.Limit.Capacity()-c.est.Prompt))
+		case s.Unit == service.OutputTokens:
+			completion = min(completion, s.Limit.Capacity())
 		}
 	}
 	return completion
@@ -484,7 +490,7 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 		if c.decision.Reserved {
 			ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 			defer cancel()
-			_, err = p.svc.SettleSpend(ctx, c.id, actual, spend)
+			_, err = p.svc.SettleUsage(ctx, c.decision, actual, &spend, used.usage())
 			if err == nil {
 				err = p.refundGrowth(ctx, c)
 			}

@@ -51,19 +51,43 @@ type tokenDetails struct {
 // Anthropic's input_tokens exclude its cache reads and writes, which the
 // bill's Input includes. Parts beyond their wholes are clamped (see
 // bill.clamped).
-func (u usage) bill() bill {
+func (u usage) bill() bill { return u.reported().clamped() }
+
+// reported is the bill as the upstream reported it, before clamping.
+func (u usage) reported() bill {
 	if addSat(u.InputTokens, u.OutputTokens) > 0 || u.CacheCreationInputTokens > 0 || u.CacheReadInputTokens > 0 {
 		return bill{
 			Input:  addSat(addSat(u.InputTokens, u.CacheCreationInputTokens), u.CacheReadInputTokens),
 			Cached: addSat(min(u.InputDetails.CachedTokens, u.InputTokens), u.CacheReadInputTokens), CacheWrite: u.CacheCreationInputTokens,
 			Output: u.OutputTokens, Reasoning: u.OutputDetails.ReasoningTokens,
-		}.clamped()
+		}
 	}
 	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
 		return bill{Input: u.TotalTokens}
 	}
 	return bill{Input: u.PromptTokens, Cached: u.PromptDetails.CachedTokens,
-		Output: u.CompletionTokens, Reasoning: u.CompletionDetails.ReasoningTokens}.clamped()
+		Output: u.CompletionTokens, Reasoning: u.CompletionDetails.ReasoningTokens}
+}
+
+// settleable returns u's bill and whether the call can be settled to it
+// (believable), and counts what was corrected: a usage ignored (a negative
+// field, or above tokenlimit.MaxCost) and one whose parts were clamped to
+// their wholes (see Metrics). A nil usage (none reported) is not counted.
+func (p *Proxy) settleable(u *usage) (bill, bool) {
+	switch {
+	case u == nil:
+		return bill{}, false
+	case !u.believable():
+		if u.reported() != (bill{}) { // not an empty usage
+			p.opts.Metrics.usageCorrected("ignored")
+		}
+		return bill{}, false
+	}
+	b := u.bill()
+	if b != u.reported() {
+		p.opts.Metrics.usageCorrected("clamped")
+	}
+	return b, true
 }
 
 // total is what the call consumed: the input and output tokens when the
@@ -217,8 +241,10 @@ type replyBody struct {
 // prompt plus the counted text of its reply.
 func (p *Proxy) actualOf(c *call, body []byte) (bill, Basis) {
 	var r replyBody
-	if json.Unmarshal(body, &r) == nil && r.Usage.believable() {
-		return r.Usage.bill(), ByUsage
+	if json.Unmarshal(body, &r) == nil {
+		if b, ok := p.settleable(r.Usage); ok {
+			return b, ByUsage
+		}
 	}
 	var text strings.Builder
 	for _, ch := range r.Choices {

@@ -40,12 +40,13 @@ func (b bill) uncached() int64 { return b.Input - b.Cached - b.CacheWrite }
 // of it, reasoning at most the output. An upstream that reports cached >
 // input is believed about the input.
 func (b bill) clamped() bill {
-	b.Input, b.Output = max(b.Input, 0), max(b.Output, 0)
-	b.Cached = min(max(b.Cached, 0), b.Input)
-	b.CacheWrite = min(max(b.CacheWrite, 0), b.Input-b.Cached)
-	b.Reasoning = min(max(b.Reasoning, 0), b.Output)
-	return b
+	u, _ := b.usage().Clamped()
+	return bill(u)
 }
+
+// usage returns the bill as the service's usage, the variables of cost
+// expressions.
+func (b bill) usage() config.Usage { return config.Usage(b) }
 
 // estimateBill is what the estimate reserves: the prompt at the input
 // price, the reply's maximum at the output price.
@@ -88,7 +89,7 @@ func (p *Proxy) priceEstimate(w http.ResponseWriter, c *call) bool {
 // tightest enforced limit in usd: amounts in decimal dollars ("5.00",
 // "4.99875"), the reset as a Go duration rounded up to the millisecond.
 func (p *Proxy) usdHeaders(h http.Header, d service.Decision) {
-	t, ok := p.tightestOf(d, service.USD)
+	t, ok := p.tightestOf(d, func(u service.Unit) bool { return u == service.USD })
 	if !ok {
 		return
 	}

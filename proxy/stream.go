@@ -308,8 +308,8 @@ func (s *eventStream) closeUpstream() error {
 // forwarded (a stream cut, left by its client or stopped at its budget).
 func (s *eventStream) Close() error {
 	err := s.closeUpstream()
-	if !s.c.growth.stopped && s.usage.believable() {
-		s.p.settle(s.c, s.usage.bill(), ByUsage)
+	if b, ok := s.p.settleable(s.usage); ok && !s.c.growth.stopped {
+		s.p.settle(s.c, b, ByUsage)
 		return err
 	}
 	used := s.input()

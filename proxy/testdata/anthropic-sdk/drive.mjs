@@ -19,12 +19,22 @@ const client = new Anthropic({
   ...(process.env.MAX_RETRIES ? { maxRetries: Number(process.env.MAX_RETRIES) } : {}),
 });
 
+// rateLimitHeaders returns the response's *ratelimit* headers as the SDK
+// sees them.
+function rateLimitHeaders(headers) {
+  return Object.fromEntries([...headers].filter(([name]) => name.includes('ratelimit')));
+}
+
 async function call() {
   switch (scenario) {
     case 'plain':
     case 'error': {
       const m = await client.messages.create(params);
       return { text: m.content.map((b) => b.text).join(''), usage: m.usage };
+    }
+    case 'headers': {
+      const { data: m, response } = await client.messages.create(params).withResponse();
+      return { text: m.content.map((b) => b.text).join(''), usage: m.usage, headers: rateLimitHeaders(response.headers) };
     }
     case 'stream': {
       const stream = client.messages.stream(params);

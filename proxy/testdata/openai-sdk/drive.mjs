@@ -18,11 +18,21 @@ const client = new OpenAI({
   ...(process.env.MAX_RETRIES ? { maxRetries: Number(process.env.MAX_RETRIES) } : {}),
 });
 
+// rateLimitHeaders returns the response's *ratelimit* headers as the SDK
+// sees them.
+function rateLimitHeaders(headers) {
+  return Object.fromEntries([...headers].filter(([name]) => name.includes('ratelimit')));
+}
+
 async function call() {
   switch (scenario) {
     case 'chat': {
       const c = await client.chat.completions.create(params);
       return { text: c.choices[0].message.content, usage: c.usage };
+    }
+    case 'headers': {
+      const { data: c, response } = await client.chat.completions.create(params).withResponse();
+      return { text: c.choices[0].message.content, usage: c.usage, headers: rateLimitHeaders(response.headers) };
     }
     case 'stream': {
       const stream = await client.chat.completions.create({ ...params, stream: true });
