@@ -56,26 +56,25 @@ const (
 	varDesc       = "descriptors"
 )
 
-// env is the one CEL environment of cost expressions; a cel.Env is safe for
-// concurrent use and holds no request's data.
-var env = mustEnv()
-
-func mustEnv() *cel.Env {
+// newEnv returns the CEL environment of cost expressions. Each
+// expression gets its own (compiling one takes under a millisecond, at
+// load only), so that compilations running at once share no state.
+func newEnv() (*cel.Env, error) {
 	opts := []cel.EnvOption{cel.Variable(varModel, cel.StringType), cel.Variable(varRoute, cel.StringType),
 		cel.Variable(varDesc, cel.MapType(cel.StringType, cel.StringType))}
 	for _, name := range []string{varInput, varCached, varCacheWrite, varOutput, varReasoning, varTotal} {
 		opts = append(opts, cel.Variable(name, cel.IntType))
 	}
-	e, err := cel.NewEnv(opts...)
-	if err != nil {
-		panic(fmt.Sprintf("costexpr: the environment does not build: %v", err)) // a programming error, caught by every test
-	}
-	return e
+	return cel.NewEnv(opts...)
 }
 
 // Compile compiles src, a config.Compiler: an error names the column of
 // the expression it is about (a *config.ExprError).
 func Compile(src string) (config.Expr, error) {
+	env, err := newEnv()
+	if err != nil {
+		return nil, fmt.Errorf("costexpr: the environment does not build: %w", err)
+	}
 	ast, iss := env.Compile(src)
 	if iss != nil && iss.Err() != nil {
 		first := iss.Errors()[0]

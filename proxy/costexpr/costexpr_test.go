@@ -113,3 +113,27 @@ limits:
 		t.Errorf("cost: uncached_input_tokens = %+v, want the class, no expression", c)
 	}
 }
+
+func BenchmarkCompile(b *testing.B) {
+	for b.Loop() {
+		if _, err := costexpr.Compile(`model == "o3" ? 2 * total_tokens : total_tokens`); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEval is one evaluation of the issue's widest example.
+func BenchmarkEval(b *testing.B) {
+	e, err := costexpr.Compile(`model == "o3" ? 2 * total_tokens : total_tokens`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := &config.Usage{Input: 1000, Cached: 600, Output: 50}
+	desc := map[string]string{"model": "o3", "route": "/v1/chat/completions"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Eval(u, desc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
