@@ -40,8 +40,17 @@ func TestMain(m *testing.M) {
 // returns its HTTP address, once it logs it.
 func child(t *testing.T, args ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, addr, _ := startChild(t, nil, "serving HTTP", args...)
+	return cmd, addr
+}
+
+// startChild runs a command line of this binary as a process of its own,
+// with env added to the environment, and returns it, its HTTP address once
+// it logs the line ready, and every line it writes to stdout (its logs).
+func startChild(t *testing.T, env []string, ready string, args ...string) (*exec.Cmd, string, *testkit.Buffer) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childArgs+"="+strings.Join(args, "\x1f"))
+	cmd.Env = append(append(os.Environ(), env...), childArgs+"="+strings.Join(args, "\x1f"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -51,13 +60,18 @@ func child(t *testing.T, args ...string) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	logs := &testkit.Buffer{}
 	addr := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			fmt.Fprintln(logs, sc.Text())
 			var rec struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving HTTP" {
-				addr <- rec.Addr
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == ready {
+				select {
+				case addr <- rec.Addr:
+				default: // logged again: the first is the address
+				}
 			}
 		}
 		close(addr)
@@ -65,13 +79,13 @@ func child(t *testing.T, args ...string) (*exec.Cmd, string) {
 	select {
 	case a, ok := <-addr:
 		if !ok {
-			t.Fatal("the server stopped before serving HTTP")
+			t.Fatalf("the process stopped before logging %q", ready)
 		}
-		return cmd, "http://" + a
+		return cmd, "http://" + a, logs
 	case <-time.After(30 * time.Second):
-		t.Fatal("the server did not serve HTTP within 30 s")
+		t.Fatalf("the process did not log %q within 30 s", ready)
 	}
-	return nil, ""
+	return nil, "", nil
 }
 
 func call(t *testing.T, method, url, body string) (int, map[string]any) {

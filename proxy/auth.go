@@ -46,14 +46,14 @@ func apiKeyOf(r *http.Request) string {
 // it answers 401, or 429 to an address past its budget of failed
 // authentications, and returns false.
 func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, c *call) bool {
-	ip := p.clientIP(r)
-	if d, held := p.svc.LocalDenial(p.authFailures, map[string]string{"ip": ip}); held {
+	ip, key := p.clientIP(r), apiKeyOf(r)
+	desc := map[string]string{"api_key": key, "ip": ip, "route": r.URL.Path}
+	if d, held := p.svc.LocalDenial(p.authFailures, desc); held {
 		p.log.Debug("refused: too many failed authentications", "request_id", c.id, "ip", ip)
 		p.refuseAddress(w, c, d)
 		return false
 	}
-	key := apiKeyOf(r)
-	req, pk, err := p.svc.Authenticate(service.Request{Descriptors: map[string]string{"api_key": key, "ip": ip, "route": r.URL.Path}})
+	req, pk, err := p.svc.Authenticate(service.Request{Descriptors: desc})
 	switch {
 	case err == nil:
 		c.req = req

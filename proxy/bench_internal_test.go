@@ -1,10 +1,19 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/plane"
+	"github.com/tokenlimit/tokenlimit/service"
 )
 
 // BenchmarkEstimate100kB estimates a request of each API whose prompt is
@@ -44,6 +53,43 @@ func BenchmarkEstimate100kB(b *testing.B) {
 			cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
 			b.ReportMetric(float64(cpu)/float64(b.N)/1e3, "cpu-µs/op")
 			b.ReportMetric(float64(e.Prompt), "prompt-tokens")
+		})
+	}
+}
+
+// BenchmarkIdentify tells who a call is, before its body is read: the
+// look-up of its address among those refused for failed authentications,
+// then its key, one of api_keys, a quota-plane key's secret, or unknown
+// (served under the default plan).
+func BenchmarkIdentify(b *testing.B) {
+	ctx := context.Background()
+	var svc *service.Service
+	pl, err := plane.Open(ctx, plane.NewMemoryStore(), plane.Options{Logger: testkit.Quiet(), KnownPlan: func(n string) bool { return svc.KnownPlan(n) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := testkit.ParseConfig(b, "limits:\n  - {name: rpm, key: [api_key], algorithm: fixed_window, limit: 10/min}\napi_keys:\n  sk-demo-alice-0001: {user: alice}\n")
+	svc = testkit.NewService(b, testkit.Setup{Store: testkit.Memory, Config: cfg, Start: time.Now(), Edit: func(o *service.Options) { o.Plane = pl }}).Service
+	up, _ := url.Parse("http://127.0.0.1:1")
+	p, err := New(svc, Options{Upstream: up, UnknownKeys: DefaultPlanForUnknownKeys, Tokenizer: testTokens.Tokenizer, Logger: testkit.Quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, secret, err := pl.CreateKey(ctx, plane.Spec{Name: "k"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []struct{ name, key string }{{"api_keys", "sk-demo-alice-0001"}, {"plane", secret}, {"unknown", "sk-nobody"}} {
+		b.Run(k.name, func(b *testing.B) {
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			r.Header.Set("Authorization", "Bearer "+k.key)
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for b.Loop() {
+				if !p.identify(w, r, &call{}) {
+					b.Fatal("refused")
+				}
+			}
 		})
 	}
 }

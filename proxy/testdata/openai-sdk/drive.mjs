@@ -1,5 +1,5 @@
-// Drives the official OpenAI SDK against the proxy for
-// proxy/openai_sdk_test.go: `node drive.mjs SCENARIO` with BASE_URL and
+// Drives the official OpenAI SDK against the proxy for the proxy's tests
+// and cli/proxyauth_test.go: `node drive.mjs SCENARIO` with BASE_URL and
 // API_KEY set (and MAX_RETRIES, else the SDK's default) prints one JSON
 // object: what the SDK returned or raised, and how long the call took.
 import OpenAI from 'openai';
@@ -45,6 +45,16 @@ async function call() {
         }
       }
       return { text, finishReason: finish };
+    }
+    case 'untilUnauthorized': {
+      // Calls again and again, writing {"ok":true} after each success,
+      // until the key is refused: the AuthenticationError is reported.
+      const deadline = performance.now() + 30000;
+      while (performance.now() < deadline) {
+        await client.chat.completions.create(params);
+        process.stdout.write(JSON.stringify({ ok: true }) + '\n');
+      }
+      throw new Error('the key was still served after 30 s');
     }
   }
   throw new Error(`unknown scenario ${scenario}`);
