@@ -23,6 +23,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/proxy"
+	"github.com/tokenlimit/tokenlimit/proxy/costexpr"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/goredisclient"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -94,7 +95,7 @@ func newBenchEnv(b *testing.B, store string) *benchEnv {
 
 // newBenchEnvWith is newBenchEnv with a configuration and an upstream.
 func newBenchEnvWith(b *testing.B, store, yml string, up *fakeUpstream) *benchEnv {
-	cfg, err := config.Parse([]byte(yml), "bench.yaml")
+	cfg, err := config.ParseWith([]byte(yml), "bench.yaml", config.Options{Compile: costexpr.Compile})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -273,6 +274,55 @@ func BenchmarkProxyAPIs(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkCostExpression calls chat completions (2,000-token prompt,
+// plain) directly and through three proxies on the embedded store, in
+// alternating runs of 10 calls each, that differ only in the cost of their
+// token limit: cost: request, a class (cost: output_tokens, no CEL) and a
+// CEL expression. It reports each proxy's added CPU per call (the
+// process's CPU over its calls minus over the direct ones, as in
+// BenchmarkProxyAPIs) and the class's and expression's over request's
+// (issue 21 wants the expression's at most 1.1x).
+func BenchmarkCostExpression(b *testing.B) {
+	costs := []struct{ name, cost string }{
+		{"request", "request"},
+		{"class", "output_tokens"},
+		{"expr", `{expr: 'model == "o3" ? 2 * total_tokens : total_tokens'}`},
+	}
+	envs := make([]*benchEnv, len(costs))
+	for i, c := range costs {
+		envs[i] = newBenchEnvWith(b, "memory", strings.Replace(benchConfig, "cost: request", "cost: "+c.cost, 1), newFakeUpstream())
+	}
+	body := benchAPIs[0].body
+	run := func(e *benchEnv, base string) time.Duration {
+		c := cpuTime(b)
+		for range 10 {
+			e.call(b, base, body)
+		}
+		return cpuTime(b) - c
+	}
+	for _, e := range envs { // warm connections and the encoding
+		e.call(b, e.up.URL, body)
+		e.call(b, e.proxied.URL, body)
+	}
+	var direct time.Duration
+	proxied := make([]time.Duration, len(envs))
+	calls := 0
+	for b.Loop() {
+		for i, e := range envs {
+			direct += run(e, e.up.URL)
+			proxied[i] += run(e, e.proxied.URL)
+		}
+		calls += 10
+	}
+	added := func(i int) float64 { return us((proxied[i] - direct/time.Duration(len(envs))) / time.Duration(calls)) }
+	for i, c := range costs {
+		b.ReportMetric(added(i), c.name+"-added-cpu-µs/call")
+	}
+	b.ReportMetric(added(1)/added(0), "class/request-x")
+	b.ReportMetric(added(2)/added(0), "expr/request-x")
+	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkStreamCounting streams 2,000 deltas of one token each through
