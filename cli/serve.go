@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/alert"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/gcfloor"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
@@ -321,13 +322,14 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 	svc, err = service.New(cfg, service.Options{
 		Store: tr.store(store), StoreTimeout: f.storeTimeout,
 		Registerer: reg, Logger: log, Plane: pl, Tracer: tr.serviceTracer(),
+		Alerts: alert.Options{Webhook: cfg.Alerts.Webhook, Secret: []byte(os.Getenv(cfg.Alerts.SecretEnv))},
 	})
 	if err != nil {
 		closePlane()
 		closeStore()
 		return nil, nil, nil, nil, err
 	}
-	return svc, pl, reg, func() { closePlane(); closeStore() }, nil
+	return svc, pl, reg, func() { svc.Close(); closePlane(); closeStore() }, nil
 }
 
 // openPlane opens the quota plane where the budgets are: in Redis beside

@@ -25,6 +25,7 @@ type rawFile struct {
 	Plans       map[string]rawPlan   `yaml:"plans"`
 	APIKeys     map[string]rawAPIKey `yaml:"api_keys"`
 	Prices      map[string]rawPrice  `yaml:"prices"`
+	Alerts      rawAlerts            `yaml:"alerts"`
 }
 
 type rawLimit struct {
@@ -48,6 +49,7 @@ type rawLimit struct {
 	MaxKeys       *int64            `yaml:"max_keys"`
 	RLSOverride   bool              `yaml:"rls_limit_override"`
 	OnExhaust     string            `yaml:"on_exhaust"`
+	AlertAt       []string          `yaml:"alert_at"`
 }
 
 type rawPlan struct {
@@ -290,6 +292,7 @@ func (b *builder) build(raw *rawFile) *Config {
 	}
 	cfg.Limits = append(cfg.Limits, b.plans(raw.Plans, names)...)
 	cfg.Prices = b.prices(raw.Prices)
+	cfg.Alerts = b.alerts(raw.Alerts)
 	if raw.DefaultPlan != "" {
 		if _, ok := raw.Plans[raw.DefaultPlan]; !ok {
 			b.fail([]any{"default_plan"}, "no plan named %q under plans", raw.DefaultPlan)
@@ -364,6 +367,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.calendar(path, r.Calendar, &l)
 	b.rlsOverride(path, r, &l)
 	b.onExhaust(path, r, &l)
+	b.alertAt(path, r, &l)
 	return l, len(b.errs) == before
 }
 

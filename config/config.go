@@ -45,6 +45,8 @@ type Config struct {
 	// Prices are the models' prices, by model name or pattern (see
 	// PriceOf), for limits counting US dollars.
 	Prices map[Pattern]Price
+	// Alerts says where the warnings of limits with AlertAt go.
+	Alerts Alerts
 	// Source is the file the configuration came from, for messages.
 	Source string
 }
@@ -109,6 +111,10 @@ type Limit struct {
 	// for more: Stop it (the default) or let it Finish and charge it past
 	// the limit. Other limits never stop a stream.
 	OnExhaust OnExhaust
+	// AlertAt lists, ascending, the percentages of the budget's use that
+	// raise a warning when a request crosses them (once per threshold, per
+	// budget and per window across replicas); empty for none.
+	AlertAt []int
 	// Line is where the limit is defined (0 for generated ones).
 	Line int
 }

@@ -129,6 +129,9 @@ func writeParamError(w http.ResponseWriter, d dialect, status int, typ, code, pa
 // usdHeaders).
 func (p *Proxy) setRateHeaders(h http.Header, c *call, d service.Decision) {
 	p.usdHeaders(h, d)
+	for _, al := range d.Alerts {
+		h.Add(service.AlertHeader, al.String())
+	}
 	for _, u := range []struct {
 		name string
 		of   func(service.Unit) bool

@@ -27,7 +27,11 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 			return Decision{}, s.storeError(err)
 		}
 		d = s.decision(a, b)
-		if a.Source == resilient.FromStore && !a.Allowed && !a.Full {
+		switch {
+		case a.Source != resilient.FromStore || a.Full:
+		case a.Allowed:
+			s.raiseAlerts(ctx, p.enforced, &d)
+		default:
 			s.overLimit.record(p.enforced, b.results, s.opts.Clock())
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokenlimit/tokenlimit/alert"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/resilient"
 
@@ -31,7 +32,9 @@ type metrics struct {
 	// costErrors counts cost expressions that failed or returned a
 	// negative cost, each charged 0.
 	costErrors *prometheus.CounterVec
-	stats      stats.Stats // live per-second counts for the dashboard
+	// alerts counts alert_at events by limit and threshold.
+	alerts *prometheus.CounterVec
+	stats  stats.Stats // live per-second counts for the dashboard
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -114,6 +117,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_cost_expression_errors_total",
 			Help: "Costs of a limit's cost expression charged 0 instead: reason is negative (it returned a negative cost) or error (it failed: its cost limit, an overflow, a missing descriptor).",
 		}, []string{"limit", "reason"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_alerts_total",
+			Help: "Budget thresholds (alert_at) crossed, one per threshold, budget and window across replicas, by limit and threshold (\"80%\").",
+		}, []string{"limit", "threshold"}),
 	}
 	// Both results exist from the start, at 0, so that a dashboard or an
 	// alert on errors sees the series before the first reload.
@@ -122,7 +129,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors, m.alerts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -197,6 +204,9 @@ func (l localKeys) MaxKeys() int {
 	_, n := l.f.LocalKeys()
 	return n
 }
+
+// countAlert counts an alert event.
+func (m *metrics) countAlert(e alert.Event) { m.alerts.WithLabelValues(e.Limit, e.Threshold).Inc() }
 
 // faultObserver counts the fault layer's store failures, lost outcomes
 // and write-backs.

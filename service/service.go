@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/alert"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/breaker"
 	"github.com/tokenlimit/tokenlimit/plane"
@@ -81,6 +82,10 @@ type Options struct {
 	Plane *plane.Plane
 	// Tracer, if not nil, records a span for each decision (trace.go).
 	Tracer Tracer
+	// Alerts configures the delivery of alert_at events (alerts.go): the
+	// webhook and its secret; the log line and tokenlimit_alerts_total are
+	// always on. Its Logger and Counted are the service's.
+	Alerts alert.Options
 }
 
 // Service answers rate-limit questions. It is safe for concurrent use.
@@ -93,6 +98,7 @@ type Service struct {
 	rules   atomic.Pointer[ruleset]
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
+	alerts    *alert.Notifier
 }
 
 // New returns a service enforcing cfg.
@@ -133,6 +139,8 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := watchPending(opts.Registerer, s.fault); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
+	opts.Alerts.Logger, opts.Alerts.Counted = opts.Logger, s.metrics.countAlert
+	s.alerts = alert.NewNotifier(opts.Alerts)
 	s.rules.Store(compile(cfg, 1, nil))
 	return s, nil
 }
@@ -220,6 +228,10 @@ func (s *Service) logFull(full bool) {
 	}
 	s.log.Info("the store has room for new keys again", "store", s.store.Name)
 }
+
+// Close stops delivering alert events (those still queued for the
+// webhook are dropped, their ids logged). Decisions still work.
+func (s *Service) Close() { s.alerts.Close() }
 
 // Reload replaces the limits with cfg's; checks in flight finish with the
 // old ones. It records the reload in the metrics.
@@ -401,6 +413,9 @@ type Decision struct {
 	// of the same id and request: this decision is that one's, and nothing
 	// more was charged.
 	Replayed bool
+	// Alerts are the alert_at thresholds this request's charges crossed,
+	// for a warning header (alerts.go).
+	Alerts []Alert
 	// measured are the costs of the reservation's limits counted in token
 	// classes, measure k's at k (see SettleUsage).
 	measured []measure

@@ -16,6 +16,7 @@ import (
 // limit, that is unavailable (503) or that found the key space full (no
 // budget was consulted) sets none.
 func (a *api) setRateLimitHeaders(h http.Header, d service.Decision, reqs []service.Request) {
+	setAlertHeaders(h, d)
 	o, ok := d.Tightest()
 	if !ok || d.Unavailable || d.KeySpaceFull {
 		return
@@ -29,4 +30,12 @@ func (a *api) setRateLimitHeaders(h http.Header, d service.Decision, reqs []serv
 		window = l.Window()
 	}
 	ratelimitheader.Of(o.Name, o.Result, !d.Allowed, window).SetHTTP(h)
+}
+
+// setAlertHeaders sets service.AlertHeader for each alert_at threshold
+// d's charges crossed.
+func setAlertHeaders(h http.Header, d service.Decision) {
+	for _, al := range d.Alerts {
+		h.Add(service.AlertHeader, al.String())
+	}
 }

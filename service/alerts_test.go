@@ -1,0 +1,115 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit/alert"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+const alertConfig = `
+limits:
+  - {name: per-user, key: [user], algorithm: fixed_window, limit: 10/min, alert_at: ["50%", "80%"]}
+`
+
+// webhook collects the events posted to it.
+type webhook struct {
+	mu     sync.Mutex
+	events []alert.Event
+}
+
+func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var e alert.Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, e)
+}
+
+func (h *webhook) received() []alert.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+// TestAlertsAreSentOncePerThresholdAcrossReplicas: two replicas on one
+// store charge one budget in turn; each threshold is crossed by one
+// request, which carries it, and sent once in all, with its window's end.
+func TestAlertsAreSentOncePerThresholdAcrossReplicas(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		hook := &webhook{}
+		srv := httptest.NewServer(hook)
+		defer srv.Close()
+		start := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
+		cfg := testkit.ParseConfig(t, alertConfig)
+		withHook := func(o *service.Options) { o.Alerts = alert.Options{Webhook: srv.URL, Secret: []byte("k")} }
+		a := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: start, Metrics: true, Edit: withHook})
+		// The second replica decides on the same budgets (the store's
+		// own prefix), through a service of its own.
+		b := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: start, Metrics: true, Redis: a.Redis,
+			Edit: func(o *service.Options) { withHook(o); o.Store = a.Store }})
+		defer a.Service.Close()
+		defer b.Service.Close()
+		req := service.Request{Descriptors: D{"user": "u"}}
+		var crossed []string
+		for i := range 10 {
+			svc := []*service.Service{a.Service, b.Service}[i%2]
+			d, err := svc.Check(context.Background(), req)
+			if err != nil || !d.Allowed {
+				t.Fatalf("request %d: %v, %s", i+1, err, describe(d))
+			}
+			for _, al := range d.Alerts {
+				crossed = append(crossed, fmt.Sprintf("%s@%d", al, i+1))
+			}
+		}
+		if want := []string{"per-user;threshold=50%@5", "per-user;threshold=80%@8"}; !slices.Equal(crossed, want) {
+			t.Fatalf("alerts on the answers: %v, want %v", crossed, want)
+		}
+		testkit.Eventually(t, 10*time.Second, "two events", func() bool { return len(hook.received()) >= 2 })
+		events := hook.received()
+		if len(events) != 2 {
+			t.Fatalf("events: %+v, want one per threshold", events)
+		}
+		end := time.Date(2026, 12, 2, 10, 1, 0, 0, time.UTC)
+		for i, want := range []struct {
+			threshold string
+			used      int64
+		}{{"50%", 5}, {"80%", 8}} {
+			e := events[i]
+			if e.Threshold != want.threshold || e.Used != want.used || e.LimitValue != 10 || e.Limit != "per-user" ||
+				!e.PeriodEnd.Equal(end) || e.Level != "config" || len(e.ID) != 32 {
+				t.Errorf("event %d: %+v; want %s, used %d of 10, ending %s", i, e, want.threshold, want.used, end)
+			}
+		}
+		sum := 0.0
+		for _, e := range []*testkit.Env{a, b} {
+			sum += testkit.Metric(t, e.Registry, "tokenlimit_alerts_total", "limit", "per-user", "threshold", "80%")
+		}
+		if sum != 1 {
+			t.Errorf("tokenlimit_alerts_total{threshold=80%%} over both replicas: %v, want 1", sum)
+		}
+		// The next window crosses them again, and sends them again.
+		a.Clock.Advance(time.Minute)
+		b.Clock.Advance(time.Minute)
+		for range 5 {
+			if _, err := a.Service.Check(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testkit.Eventually(t, 10*time.Second, "the next window's 50% event", func() bool { return len(hook.received()) == 3 })
+	})
+}
