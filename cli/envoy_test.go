@@ -361,105 +361,121 @@ func TestServeEnvoyWithRedisHeld(t *testing.T) {
 		return true
 	})
 
-	// What the failure modes answered before the hold (a Redis call slower
-	// than the store timeout on a loaded machine is answered so too).
-	failureSeries := map[string]string{
-		"closed": `tokenlimit_envoy_requests_total{code="fail_closed",domain="closed"}`,
-		"open":   `tokenlimit_envoy_requests_total{code="fail_open",domain="open"}`,
-		"legacy": `tokenlimit_envoy_requests_total{code="unavailable",domain="legacy"}`,
-		"mixed":  `tokenlimit_envoy_requests_total{code="fail_closed",domain="mixed"}`,
-	}
-	before := map[string]float64{}
-	for domain, series := range failureSeries {
-		before[domain], _ = scrape(t, httpBase, series)
-	}
-	errorsBefore, _ := scrape(t, httpBase, "tokenlimit_store_errors_total")
+	// outage holds Redis' replies, checks every answer, /healthcheck and the
+	// metrics, releases them and waits for Redis to answer again. It
+	// returns the calls that took longer than their bound.
+	outage := func(pass int) (late []string) {
+		// What the failure modes answered before the hold (a Redis call slower
+		// than the store timeout on a loaded machine is answered so too).
+		failureSeries := map[string]string{
+			"closed": `tokenlimit_envoy_requests_total{code="fail_closed",domain="closed"}`,
+			"open":   `tokenlimit_envoy_requests_total{code="fail_open",domain="open"}`,
+			"legacy": `tokenlimit_envoy_requests_total{code="unavailable",domain="legacy"}`,
+			"mixed":  `tokenlimit_envoy_requests_total{code="fail_closed",domain="mixed"}`,
+		}
+		before := map[string]float64{}
+		for domain, series := range failureSeries {
+			before[domain], _ = scrape(t, httpBase, series)
+		}
+		errorsBefore, _ := scrape(t, httpBase, "tokenlimit_store_errors_total")
 
-	relay.Hold(tcprelay.Replies)
-	unavailable := &corepb.HeaderValue{Key: rlsv3.StoreHeader, Value: rlsv3.StoreUnavailable}
-	saysUnavailable := func(resp *rlspb.RateLimitResponse) bool {
-		return len(resp.ResponseHeadersToAdd) == 1 && proto.Equal(resp.ResponseHeadersToAdd[0], unavailable)
-	}
-	// reference is how long this machine, as loaded now, takes to wait
-	// out the store timeout on a timer and then make one round trip that
-	// the drop-in answers without the store (a domain it does not
-	// configure). Measured beside each call, it keeps the machine's load
-	// (-race, CPU burners, other processes) out of the bound: a call may
-	// take the reference plus 50 ms, which on an idle machine is the store
-	// timeout plus 50 ms and a little.
-	reference := func() time.Duration {
-		start := time.Now()
-		<-time.After(storeTimeout) // a reference timer, not a wait for a condition
-		if _, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "unconfigured", Descriptors: []*commonpb.RateLimitDescriptor{user}}); err != nil {
-			t.Errorf("the reference call: %v", err)
+		relay.Hold(tcprelay.Replies)
+		unavailable := &corepb.HeaderValue{Key: rlsv3.StoreHeader, Value: rlsv3.StoreUnavailable}
+		saysUnavailable := func(resp *rlspb.RateLimitResponse) bool {
+			return len(resp.ResponseHeadersToAdd) == 1 && proto.Equal(resp.ResponseHeadersToAdd[0], unavailable)
 		}
-		return time.Since(start)
-	}
-	var worst time.Duration // the largest excess of a call over its reference
-	for round := range 8 {  // past the breaker's threshold of 5
-		for _, domain := range domains {
-			refc := make(chan time.Duration, 1)
-			go func() { refc <- reference() }()
-			resp, d, err := ask(domain)
-			ref := <-refc
-			worst = max(worst, d-ref)
-			switch domain {
-			case "closed":
-				if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT ||
-					!saysUnavailable(resp) || len(resp.RawBody) == 0 {
-					t.Errorf("round %d, closed: %v %v, want OVER_LIMIT with %s: %s and a raw_body", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+		// reference is how long this machine, as loaded now, takes to wait
+		// out the store timeout on a timer and then make one round trip that
+		// the drop-in answers without the store (a domain it does not
+		// configure). Measured beside each call, it keeps the machine's load
+		// (-race, CPU burners, other processes) out of the bound: a call may
+		// take the reference plus 50 ms, which on an idle machine is the store
+		// timeout plus 50 ms and a little.
+		reference := func() time.Duration {
+			start := time.Now()
+			<-time.After(storeTimeout) // a reference timer, not a wait for a condition
+			if _, err := rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "unconfigured", Descriptors: []*commonpb.RateLimitDescriptor{user}}); err != nil {
+				t.Errorf("the reference call: %v", err)
+			}
+			return time.Since(start)
+		}
+		var worst time.Duration // the largest excess of a call over its reference
+		for round := range 8 {  // past the breaker's threshold of 5
+			for _, domain := range domains {
+				refc := make(chan time.Duration, 1)
+				go func() { refc <- reference() }()
+				resp, d, err := ask(domain)
+				ref := <-refc
+				worst = max(worst, d-ref)
+				switch domain {
+				case "closed":
+					if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT ||
+						!saysUnavailable(resp) || len(resp.RawBody) == 0 {
+						t.Errorf("round %d, closed: %v %v, want OVER_LIMIT with %s: %s and a raw_body", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+					}
+				case "open":
+					if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || !saysUnavailable(resp) {
+						t.Errorf("round %d, open: %v %v, want OK with %s: %s", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+					}
+				case "legacy":
+					if status.Code(err) != codes.Unavailable {
+						t.Errorf("round %d, legacy: %v %v, want codes.Unavailable", round, resp, err)
+					}
+				case "mixed":
+					if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != 2 ||
+						resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != rlspb.RateLimitResponse_OK ||
+						!saysUnavailable(resp) || len(resp.RawBody) == 0 {
+						t.Errorf("round %d, mixed: %v %v, want OVER_LIMIT on path=/login (closed), OK on user (open), with %s: %s and a raw_body",
+							round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+					}
 				}
-			case "open":
-				if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || !saysUnavailable(resp) {
-					t.Errorf("round %d, open: %v %v, want OK with %s: %s", round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
-				}
-			case "legacy":
-				if status.Code(err) != codes.Unavailable {
-					t.Errorf("round %d, legacy: %v %v, want codes.Unavailable", round, resp, err)
-				}
-			case "mixed":
-				if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != 2 ||
-					resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != rlspb.RateLimitResponse_OK ||
-					!saysUnavailable(resp) || len(resp.RawBody) == 0 {
-					t.Errorf("round %d, mixed: %v %v, want OVER_LIMIT on path=/login (closed), OK on user (open), with %s: %s and a raw_body",
-						round, resp, err, rlsv3.StoreHeader, rlsv3.StoreUnavailable)
+				if d > ref+50*time.Millisecond {
+					late = append(late, fmt.Sprintf("round %d, %s: answered in %v, want within the store timeout %v + 50ms (here %v: a timer of the store timeout and a round trip took %v)",
+						round, domain, d, storeTimeout, ref+50*time.Millisecond, ref))
 				}
 			}
-			if d > ref+50*time.Millisecond {
-				t.Errorf("round %d, %s: answered in %v, want within the store timeout %v + 50ms (here %v: a timer of the store timeout and a round trip took %v)",
-					round, domain, d, storeTimeout, ref+50*time.Millisecond, ref)
+		}
+		t.Logf("pass %d: the slowest call exceeded its reference (the store timeout on a timer, then a round trip) by %v", pass, worst)
+		if healthy() {
+			t.Error("/healthcheck answers OK while Redis' replies are held")
+		}
+		for domain, series := range failureSeries {
+			if got, _ := scrape(t, httpBase, series); got-before[domain] != 8 {
+				t.Errorf("/metrics %s: %v, want 8 more than the %v before the hold", series, got, before[domain])
 			}
 		}
-	}
-	t.Logf("the slowest call exceeded its reference (the store timeout on a timer, then a round trip) by %v", worst)
-	if healthy() {
-		t.Error("/healthcheck answers OK while Redis' replies are held")
-	}
-	for domain, series := range failureSeries {
-		if got, _ := scrape(t, httpBase, series); got-before[domain] != 8 {
-			t.Errorf("/metrics %s: %v, want 8 more than the %v before the hold", series, got, before[domain])
+		// The breaker opened after 5 failed calls; the calls it skipped are
+		// not store errors (the half-open trials are).
+		if got, _ := scrape(t, httpBase, "tokenlimit_breaker_state"); got == 0 {
+			t.Error("/metrics: tokenlimit_breaker_state 0 (closed) while Redis' replies are held")
 		}
-	}
-	// The breaker opened after 5 failed calls; the calls it skipped are
-	// not store errors (the half-open trials are).
-	if got, _ := scrape(t, httpBase, "tokenlimit_breaker_state"); got == 0 {
-		t.Error("/metrics: tokenlimit_breaker_state 0 (closed) while Redis' replies are held")
-	}
-	if got, _ := scrape(t, httpBase, "tokenlimit_store_errors_total"); got-errorsBefore < 5 || got-errorsBefore >= float64(len(domains)*8) {
-		t.Errorf("/metrics: tokenlimit_store_errors_total %v (%v before the hold), want the 5 failures that opened the breaker and its trials more, not the calls it skipped",
-			got, errorsBefore)
-	}
+		if got, _ := scrape(t, httpBase, "tokenlimit_store_errors_total"); got-errorsBefore < 5 || got-errorsBefore >= float64(len(domains)*8) {
+			t.Errorf("/metrics: tokenlimit_store_errors_total %v (%v before the hold), want the 5 failures that opened the breaker and its trials more, not the calls it skipped",
+				got, errorsBefore)
+		}
 
-	relay.Release(tcprelay.Replies)
-	testkit.Eventually(t, 20*time.Second, "/healthcheck OK once Redis answers again", healthy)
-	testkit.Eventually(t, 20*time.Second, "the closed domains answered by Redis again", func() bool {
-		for _, domain := range []string{"closed", "mixed"} {
-			if resp, _, err := ask(domain); err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || len(resp.ResponseHeadersToAdd) != 0 {
-				return false
+		relay.Release(tcprelay.Replies)
+		testkit.Eventually(t, 20*time.Second, "/healthcheck OK once Redis answers again", healthy)
+		testkit.Eventually(t, 20*time.Second, "the closed domains answered by Redis again", func() bool {
+			for _, domain := range []string{"closed", "mixed"} {
+				if resp, _, err := ask(domain); err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK || len(resp.ResponseHeadersToAdd) != 0 {
+					return false
+				}
 			}
+			return true
+		})
+		return late
+	}
+	// The bound is wall-clock time on a machine shared with other work: a
+	// pass whose calls missed it is run again, and the test fails if the
+	// second misses it too (a drop-in that waits past the store timeout
+	// does on every pass).
+	if late := outage(1); len(late) > 0 {
+		t.Logf("pass 1 on a loaded machine: %s; again", strings.Join(late, "; "))
+		for _, l := range outage(2) {
+			t.Error(l)
 		}
-		return true
-	})
+	}
 }
 
 // scrape returns the value of the series (name and labels as the text
