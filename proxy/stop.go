@@ -224,10 +224,11 @@ func (s *eventStream) chatEnding(b *strings.Builder, in, out int64) {
 	if s.c.kind == Completions {
 		object, choice = "text_completion", `{"index":%d,"text":"","logprobs":null,"finish_reason":"length"}`
 	}
-	if m.object != "" {
-		object = m.object
+	id := m.chunkID
+	if id.Object == "" {
+		id.Object = object
 	}
-	head, _ := json.Marshal(map[string]any{"id": m.id, "object": object, "created": m.created, "model": m.model})
+	head, _ := json.Marshal(id)
 	head = head[:len(head)-1] // the object goes on
 	choices := make([]string, max(m.choices, 1))
 	for i := range choices {
@@ -250,18 +251,27 @@ func (s *eventStream) chatEnding(b *strings.Builder, in, out int64) {
 // it has; the Responses API's response object and last sequence number;
 // the Messages API's open content block (-1: none).
 type streamMeta struct {
-	id, object, model string
-	created           int64
-	choices           int
-	response          []byte
-	sequence          int64
-	openBlock         int
+	chunkID   chunkID
+	choices   int
+	response  []byte
+	sequence  int64
+	openBlock int
 }
 
-// note records what an event tells of the stream's shape.
-func (m *streamMeta) note(ch *streamChunk) {
-	if m.id == "" && ch.ID != "" {
-		m.id, m.object, m.model, m.created = ch.ID, ch.Object, ch.Model, ch.Created
+// chunkID is what a chat or completions chunk says of its stream.
+type chunkID struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+}
+
+// note records what an event of a stream of kind k, ch read from data,
+// tells of the stream's shape. A chunk's identity is read once, from the
+// first chunk.
+func (m *streamMeta) note(ch *streamChunk, k Kind, data []byte) {
+	if (k == Chat || k == Completions) && m.chunkID.ID == "" && len(ch.Choices) > 0 {
+		_ = json.Unmarshal(data, &m.chunkID)
 	}
 	for _, c := range ch.Choices {
 		m.choices = max(m.choices, min(c.Index, MaxN-1)+1)

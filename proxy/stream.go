@@ -138,12 +138,6 @@ func (s *eventStream) next() error {
 // streamChunk is what the proxy reads of an event's data: a chat or
 // completions chunk, or a Responses API event.
 type streamChunk struct {
-	// A chat or completions chunk's identity, which a stream's ending
-	// repeats.
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	Model   string `json:"model"`
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
@@ -192,7 +186,7 @@ func (s *eventStream) inspect(event []byte) bool {
 	if json.Unmarshal(data, &ch) != nil {
 		return true
 	}
-	s.meta.note(&ch)
+	s.meta.note(&ch, s.c.kind, data)
 	if s.c.kind == Messages {
 		s.inspectAnthropic(ch)
 		return true
