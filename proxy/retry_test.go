@@ -135,8 +135,12 @@ func sdkScenario(c sdkCase) string {
 
 // TestSDKsNeverHangOnALongWait: the official OpenAI and Anthropic SDKs at
 // their default settings (2 retries, which sleep what retry-after-ms
-// says). Denied for 30 minutes, each raises its RateLimitError within 2
-// seconds, after one attempt; denied for 30ms, each retries and succeeds.
+// says). Denied for 30 minutes, each raises its RateLimitError after one
+// attempt (the statuses rule out a retry), within 2 seconds on a quiet
+// machine (about 0.3 s); the bound asserted is 10 s, what a loaded 2-CPU
+// CI machine gives a node process (2.7 s seen at load 38), still far from
+// the 30 minutes a retry would wait. Denied for 30ms, each retries and
+// succeeds.
 func TestSDKsNeverHangOnALongWait(t *testing.T) {
 	t.Parallel()
 	for _, c := range sdkCases(t) {
@@ -148,8 +152,8 @@ func TestSDKsNeverHangOnALongWait(t *testing.T) {
 				a.clk = e.clock
 				useUp(t, e, alice, c.path, c.body, 41)
 				r := runSDK(t, e, c.script, sdkScenario(c), alice, defaultRetries)
-				if !r.RateLimit || r.Status != 429 || r.ShouldRetry == nil || *r.ShouldRetry != "false" || r.ElapsedMs > 2000 {
-					t.Fatalf("long wait: %+v, want a RateLimitError within 2s", r)
+				if !r.RateLimit || r.Status != 429 || r.ShouldRetry == nil || *r.ShouldRetry != "false" || r.ElapsedMs > 10_000 {
+					t.Fatalf("long wait: %+v, want a RateLimitError at once", r)
 				}
 				if c.name == "openai" && r.Code != "insufficient_quota" {
 					t.Errorf("long wait: code %q, want insufficient_quota", r.Code)

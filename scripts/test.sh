@@ -121,7 +121,9 @@ go vet "${pkgs[@]}"
 echo "==> staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 "${pkgs[@]}"
 
-echo "==> go test -race -count=1 $*"
-go test -race -count=1 "${pkgs[@]}" "$@"
+# A package's tests may take more than go test's default 10 minutes on a
+# fresh, loaded machine (deploy builds and runs the image with podman).
+echo "==> go test -race -count=1 -timeout 30m $*"
+go test -race -count=1 -timeout 30m "${pkgs[@]}" "$@"
 
 echo "==> scripts/test.sh: all checks passed"
