@@ -1,7 +1,14 @@
-// Package tokenlimit is the vocabulary of the tokenlimit rate limiter: limits,
-// the items a request is checked against, the results of a decision, the Store
-// interface that the in-memory and Redis stores implement, and the Limiter that
-// holds the clock.
+// Package tokenlimit is the user API and vocabulary of the tokenlimit rate
+// limiter: limits, the items a request is checked against, the results of a
+// decision, the Limiter that holds the clock, its reservations, and the Store
+// interface that the in-memory and Redis stores implement. The checks and
+// arithmetic a store's author needs are in package storekit.
+//
+// Deciding answers a Result (Allow, AllowN: one key) or a Decision, all or
+// nothing over any number of items and with the time the store decided at
+// (Check, and a Reservation's Decision). A
+// reservation is settled through its handle (Reservation.Settle, Cancel) or
+// by id from any client of the store (Limiter.Settle).
 //
 // Every request carries a cost (1 for a plain request, a weight such as
 // chat=1 / embed=3, or the LLM tokens it really used); a Limit is a budget of
