@@ -243,3 +243,20 @@ func TestAuthFailuresLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusedSecretIsNotAnUnknownKey: under DefaultPlanForUnknownKeys a key
+// that is no one's is served under the default plan, but a secret of the
+// plane's form that the plane refuses (unknown, revoked) is 401: it is
+// never taken for a key that nobody made.
+func TestRefusedSecretIsNotAnUnknownKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "memory", withPlane())
+	if resp, _ := e.post("/v1/chat/completions", "sk-nobody", chatBody); resp.StatusCode != http.StatusOK {
+		t.Fatalf("an unknown key under the default plan: status %d, want 200", resp.StatusCode)
+	}
+	e.waitSettled()
+	resp, body := e.post("/v1/chat/completions", plane.SecretPrefix+strings.Repeat("0", 64), chatBody)
+	if resp.StatusCode != http.StatusUnauthorized || errorCode(body) != "invalid_api_key" {
+		t.Fatalf("a secret the plane does not know: status %d, body %s; want 401 invalid_api_key", resp.StatusCode, body)
+	}
+}
