@@ -154,22 +154,25 @@ func NewFailover(store tokenlimit.Store, opts FailoverOptions) (*Failover, error
 	return f, nil
 }
 
+// The defaults of FailoverOptions.
+const (
+	DefaultReservationTTL = 10 * time.Minute
+	DefaultBound          = 100_000 // LocalMaxKeys, MaxReservations, FailOpenKeys
+	DefaultRecovery       = 10 * time.Second
+)
+
 func withFailoverDefaults(o FailoverOptions) FailoverOptions {
 	o.Options = withDefaults(o.Options)
 	if o.ReservationTTL == 0 {
-		o.ReservationTTL = 10 * time.Minute
+		o.ReservationTTL = DefaultReservationTTL
 	}
-	if o.LocalMaxKeys == 0 {
-		o.LocalMaxKeys = 100_000
-	}
-	if o.MaxReservations == 0 {
-		o.MaxReservations = 100_000
-	}
-	if o.FailOpenKeys == 0 {
-		o.FailOpenKeys = 100_000
+	for _, n := range []*int{&o.LocalMaxKeys, &o.MaxReservations, &o.FailOpenKeys} {
+		if *n == 0 {
+			*n = DefaultBound
+		}
 	}
 	if o.Recovery == 0 {
-		o.Recovery = 10 * time.Second
+		o.Recovery = DefaultRecovery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -186,20 +186,10 @@ func withDefaults(o Options) Options {
 		o.MaxDescriptorLength = 256
 	}
 	if o.ReservationTTL == 0 {
-		o.ReservationTTL = 10 * time.Minute
+		o.ReservationTTL = resilient.DefaultReservationTTL
 	}
-	if o.LocalMaxKeys == 0 {
-		o.LocalMaxKeys = 100_000
-	}
-	if o.MaxReservations == 0 {
-		o.MaxReservations = 100_000
-	}
-	if o.FailOpenKeys == 0 {
-		o.FailOpenKeys = 100_000
-	}
-	if o.FailOpenRecovery == 0 {
-		o.FailOpenRecovery = 10 * time.Second
-	}
+	// LocalMaxKeys, MaxReservations, FailOpenKeys and FailOpenRecovery
+	// take resilient.FailoverOptions' defaults there.
 	return o
 }
 
