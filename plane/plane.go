@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 )
@@ -45,6 +44,14 @@ type Plane struct {
 	digests digestIndex // by digest, current or in its grace period
 	teams   sync.Map    // id -> *Team
 
+	// lmu guards the listing indexes, kept in order as records change so
+	// that a page never sorts: every key and every team by id, and each
+	// team's keys by id.
+	lmu      sync.RWMutex
+	keyList  ordered[*Key]
+	teamKeys map[string]*ordered[*Key]
+	teamList ordered[*Team]
+
 	mu sync.Mutex // serializes apply
 	// versions holds the last version applied of each record, deletions
 	// included, so that a write seen twice (made here, then watched) or
@@ -67,7 +74,8 @@ func Open(ctx context.Context, store Store, opts Options) (*Plane, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1}
+	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1,
+		keyList: ordered[*Key]{id: keyID}, teamKeys: map[string]*ordered[*Key]{}, teamList: ordered[*Team]{id: teamID}}
 	if err := p.load(ctx); err != nil {
 		// Run loads once the store answers; until then the plane is empty.
 		p.opts.Logger.Warn("plane: loading the records failed; retrying in the background", "error", err)
@@ -160,6 +168,9 @@ func (p *Plane) applyOne(r Record) {
 		var t *Team
 		if t, err = decodeTeam(r); err == nil {
 			p.teams.Store(t.ID, t)
+			p.lmu.Lock()
+			p.teamList.put(t)
+			p.lmu.Unlock()
 		}
 	case KindKey:
 		var k *Key
@@ -168,9 +179,11 @@ func (p *Plane) applyOne(r Record) {
 			if k.PrevDigest != "" {
 				p.digests.put(k.PrevDigest, k)
 			}
-			if old, ok := p.keys.Swap(k.ID, k); ok {
+			old, ok := p.keys.Swap(k.ID, k)
+			if ok {
 				p.unindex(old.(*Key))
 			}
+			p.list(k, old)
 		}
 	default:
 		err = fmt.Errorf("plane: %s %s: unknown kind", r.Kind, r.ID)
@@ -186,10 +199,55 @@ func (p *Plane) applyOne(r Record) {
 func (p *Plane) forget(kind Kind, id string) {
 	if kind == KindTeam {
 		p.teams.Delete(id)
+		p.lmu.Lock()
+		p.teamList.remove(id)
+		p.lmu.Unlock()
 		return
 	}
 	if old, ok := p.keys.LoadAndDelete(id); ok {
 		p.unindex(old.(*Key))
+		p.unlist(old.(*Key))
+	}
+}
+
+func keyID(k *Key) string   { return k.ID }
+func teamID(t *Team) string { return t.ID }
+
+// list puts k in the listing indexes in place of old (nil, or the *Key
+// k replaces). Called with p.mu held.
+func (p *Plane) list(k *Key, old any) {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	if old, ok := old.(*Key); ok && old.Team != k.Team {
+		p.dropFromTeam(old)
+	}
+	p.keyList.put(k)
+	if k.Team == "" {
+		return
+	}
+	tk := p.teamKeys[k.Team]
+	if tk == nil {
+		tk = &ordered[*Key]{id: keyID}
+		p.teamKeys[k.Team] = tk
+	}
+	tk.put(k)
+}
+
+// unlist drops k from the listing indexes. Called with p.mu held.
+func (p *Plane) unlist(k *Key) {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	p.keyList.remove(k.ID)
+	p.dropFromTeam(k)
+}
+
+// dropFromTeam drops k from its team's index. Called with p.lmu held.
+func (p *Plane) dropFromTeam(k *Key) {
+	if tk := p.teamKeys[k.Team]; tk != nil {
+		tk.remove(k.ID)
+		if tk.empty() {
+			delete(p.teamKeys, k.Team)
+		}
 	}
 }
 
@@ -305,11 +363,9 @@ func (p *Plane) putTeam(ctx context.Context, t *Team, ifVersion int64) (*Team, e
 // DeleteTeam deletes team id if its version is ifVersion (AnyVersion:
 // any) and no key names it (ErrInUse).
 func (p *Plane) DeleteTeam(ctx context.Context, id string, ifVersion int64) error {
-	inUse := false
-	p.keys.Range(func(_, v any) bool {
-		inUse = v.(*Key).Team == id
-		return !inUse
-	})
+	p.lmu.RLock()
+	inUse := p.teamKeys[id] != nil
+	p.lmu.RUnlock()
 	if inUse {
 		return ErrInUse
 	}
@@ -416,35 +472,49 @@ func (f Filter) matches(k *Key) bool {
 }
 
 // ListKeys returns up to limit keys that f selects, by id, after the id
-// after (""), and the id to continue after ("" at the end).
+// after (""), and the id to continue after ("" at the end). A page walks
+// the keys in order from after (only the team's keys with f.Team) and
+// stops once it has limit keys and knows of one more: it never sorts. A key
+// present from the first page to the last is returned exactly once; one
+// added or removed meanwhile, at most once.
 func (p *Plane) ListKeys(f Filter, after string, limit int) ([]*Key, string) {
-	var out []*Key
-	p.keys.Range(func(_, v any) bool {
-		if k := v.(*Key); k.ID > after && f.matches(k) {
-			out = append(out, k)
+	p.lmu.RLock()
+	defer p.lmu.RUnlock()
+	from := &p.keyList
+	if f.Team != "" {
+		if from = p.teamKeys[f.Team]; from == nil {
+			return nil, ""
 		}
-		return true
-	})
-	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(a.ID, b.ID) })
-	if len(out) <= limit {
-		return out, ""
 	}
-	return out[:limit], out[limit-1].ID
+	return page(from, f.matches, after, limit)
 }
 
 // ListTeams returns up to limit teams by name after the name after, and
 // the name to continue after ("" at the end).
 func (p *Plane) ListTeams(after string, limit int) ([]*Team, string) {
-	var out []*Team
-	p.teams.Range(func(_, v any) bool {
-		if t := v.(*Team); t.ID > after {
-			out = append(out, t)
+	p.lmu.RLock()
+	defer p.lmu.RUnlock()
+	return page(&p.teamList, func(*Team) bool { return true }, after, limit)
+}
+
+// page returns up to limit values of o after the id after that match
+// selects, and the id of the last one if another follows.
+func page[V any](o *ordered[V], match func(V) bool, after string, limit int) ([]V, string) {
+	var out []V
+	more := false
+	o.ascend(after, func(v V) bool {
+		if !match(v) {
+			return true
 		}
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		out = append(out, v)
 		return true
 	})
-	slices.SortFunc(out, func(a, b *Team) int { return cmp.Compare(a.ID, b.ID) })
-	if len(out) <= limit {
+	if !more || len(out) == 0 {
 		return out, ""
 	}
-	return out[:limit], out[limit-1].ID
+	return out, o.id(out[len(out)-1])
 }
