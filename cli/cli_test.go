@@ -52,6 +52,29 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateCostExpressions: the binary compiles cost expressions (CEL);
+// one that refers to an unknown variable is named at its line and column.
+func TestValidateCostExpressions(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	const limit = "limits:\n  - name: weighted\n    algorithm: fixed_window\n    limit: 1000/min\n    cost: {expr: \"input_tokens + 4 * %s\"}\n"
+	if err := os.WriteFile(good, fmt.Appendf(nil, limit, "output_tokens"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, fmt.Appendf(nil, limit, "outputs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"validate", good}, &out, io.Discard); err != nil || out.String() != good+": valid, 1 limit\n" {
+		t.Errorf("validate of a cost expression: %v, %q", err, out.String())
+	}
+	err := Run(context.Background(), []string{"validate", bad}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:5:38: limits[0].cost.expr: undeclared reference to 'outputs'") {
+		t.Errorf("validate of an unknown variable: %v, want bad.yaml:5:38 naming it", err)
+	}
+}
+
 // TestConfigDocValidateOutput runs every `tokenlimit validate FILE` that
 // docs/config.md shows and compares what it prints (as the program prints
 // it: "tokenlimit: " and the error) with the doc. FILE is the yaml block of
