@@ -43,7 +43,8 @@ const splitKey = "sk-split-0001"
 // The input-tokens limit settles to the uncached input, the output-tokens
 // limit to the output, the expression to its value on the real usage; the
 // SDKs see Anthropic's input- and output-tokens headers (OpenAI's tokens
-// headers) from those limits, after the settlement.
+// headers) from those limits, after the settlement. A stream settles the
+// same.
 func TestSplitLimitsWithSDKs(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -62,38 +63,43 @@ func TestSplitLimitsWithSDKs(t *testing.T) {
 			map[string]int64{"itpm": 31 - 10, "otpm": 9, "weighted": 31 + 4*9},
 			map[string]string{"x-ratelimit-limit-tokens": "2000", "x-ratelimit-remaining-tokens": strconv.Itoa(2000 - 9)}},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			testkit.EachStore(t, func(t *testing.T, store string) {
-				e := newEnv(t, store, withConfig(splitConfig))
-				e.up.set(func(b *behaviour) { b.CacheWrite, b.CacheRead, b.Reasoning = 5, 10, 4 })
-				r := runSDK(t, e, tt.script, "headers", splitKey, 0)
-				if r.Status != 0 || r.Text == "" {
-					t.Fatalf("the SDK's call failed: %+v", r)
-				}
-				s := e.waitSettled()
-				if s.Basis != proxy.ByUsage {
-					t.Fatalf("settled %+v, want by usage", s)
-				}
-				used := e.used(splitKey, tt.model)
-				for name, want := range tt.want {
-					if used[name] != want {
-						t.Errorf("%s holds %d, want %d (all: %v)", name, used[name], want, used)
+		for _, scenario := range []string{"headers", "stream"} {
+			t.Run(tt.name+"/"+scenario, func(t *testing.T) {
+				t.Parallel()
+				testkit.EachStore(t, func(t *testing.T, store string) {
+					e := newEnv(t, store, withConfig(splitConfig))
+					e.up.set(func(b *behaviour) { b.CacheWrite, b.CacheRead, b.Reasoning = 5, 10, 4 })
+					r := runSDK(t, e, tt.script, scenario, splitKey, 0)
+					if r.Status != 0 || r.Text == "" {
+						t.Fatalf("the SDK's call failed: %+v", r)
 					}
-				}
-				for name, want := range tt.headers {
-					if got := r.Headers[name]; got != want {
-						t.Errorf("the SDK saw %s: %q, want %q (all: %v)", name, got, want, r.Headers)
+					s := e.waitSettled()
+					if s.Basis != proxy.ByUsage {
+						t.Fatalf("settled %+v, want by usage", s)
 					}
-				}
-				if tt.name == "openai" {
-					for _, name := range []string{"anthropic-ratelimit-input-tokens-limit", "x-ratelimit-limit-input-tokens"} {
-						if v, ok := r.Headers[name]; ok {
-							t.Errorf("an OpenAI call got %s: %q", name, v)
+					used := e.used(splitKey, tt.model)
+					for name, want := range tt.want {
+						if used[name] != want {
+							t.Errorf("%s holds %d, want %d (all: %v)", name, used[name], want, used)
 						}
 					}
-				}
+					if scenario == "stream" {
+						return // its headers went out before its usage
+					}
+					for name, want := range tt.headers {
+						if got := r.Headers[name]; got != want {
+							t.Errorf("the SDK saw %s: %q, want %q (all: %v)", name, got, want, r.Headers)
+						}
+					}
+					if tt.name == "openai" {
+						for _, name := range []string{"anthropic-ratelimit-input-tokens-limit", "x-ratelimit-limit-input-tokens"} {
+							if v, ok := r.Headers[name]; ok {
+								t.Errorf("an OpenAI call got %s: %q", name, v)
+							}
+						}
+					}
+				})
 			})
-		})
+		}
 	}
 }

@@ -85,10 +85,7 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	checks := append(p.enforced, p.shadow...)
-	for i := range checks {
-		checks[i].item.Cost = 0
-	}
+	checks := append(p.enforced, p.shadow...) // each of cost 0 (see costOf)
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil
 	}

@@ -183,17 +183,27 @@ func (sel *selector) add(l *config.Limit, want []match, level Level, levelName s
 	} else {
 		key += suffix
 	}
-	cost, err := l.Cost.Of(sel.desc, sel.cost, sel.spend, sel.usage)
-	if err != nil {
-		sel.s.metrics.costFailed(l.Name, err)
-	}
 	c := check{limit: l, request: sel.request, desc: sel.desc, level: level, levelName: levelName,
-		item: tokenlimit.Item{Key: key, Limit: limit, Cost: cost}}
+		item: tokenlimit.Item{Key: key, Limit: limit, Cost: sel.costOf(l)}}
 	if l.Shadow {
 		sel.p.shadow = append(sel.p.shadow, c)
 	} else {
 		sel.p.enforced = append(sel.p.enforced, c)
 	}
+}
+
+// costOf returns the request's cost under l. A plan that charges nothing
+// (take false: an inspection, a reset) costs nothing and evaluates no cost
+// expression, which could fail without the request's usage.
+func (sel *selector) costOf(l *config.Limit) int64 {
+	if !sel.take {
+		return 0
+	}
+	cost, err := l.Cost.Of(sel.desc, sel.cost, sel.spend, sel.usage)
+	if err != nil {
+		sel.s.metrics.costFailed(l.Name, err)
+	}
+	return cost
 }
 
 // validate checks request i, r, and reports whether one of its descriptors
