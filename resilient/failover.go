@@ -276,12 +276,13 @@ const (
 // and reconcile).
 func (f *Failover) call(ctx context.Context, op string, run func(ctx context.Context) error) (failed bool, err error) {
 	err = f.guard.Call(ctx, run)
-	var fe *FailedError
-	switch {
-	case err == nil:
+	if err == nil {
 		f.storeAnswered()
 		return false, nil
-	case errors.Is(err, tokenlimit.ErrInvalid), errors.Is(err, tokenlimit.ErrStoreFull):
+	}
+	var fe *FailedError // escapes to errors.As: declared past the success path
+	switch {
+	case errors.Is(err, tokenlimit.ErrInvalid), errors.Is(err, tokenlimit.ErrStoreFull), errors.Is(err, tokenlimit.ErrUnsupported):
 		return false, err
 	case !errors.As(err, &fe): // the caller gave up, not the store
 		f.outcomeUnknown(op)
