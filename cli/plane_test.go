@@ -10,11 +10,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -27,7 +30,11 @@ const childArgs = "TOKENLIMIT_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgs); args != "" {
-		if err := Run(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr); err != nil {
+		// As cmd/tokenlimit does: SIGTERM shuts down gracefully.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := Run(ctx, strings.Split(args, "\x1f"), os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -187,5 +194,33 @@ func TestProxyServesThePlane(t *testing.T) {
 	call(t, http.MethodPost, base+"/v1/chat/completions", `{}`)
 	if len(proxied) != 1 || proxied[0] != "/v1/chat/completions" {
 		t.Fatalf("the proxy got %v, want only /v1/chat/completions", proxied)
+	}
+}
+
+// TestPlaneOnRedisFromEnv: with the Redis URL in $TOKENLIMIT_REDIS_URL
+// rather than --redis, the plane lives in Redis too: a key created
+// through one replica is in force on another.
+func TestPlaneOnRedisFromEnv(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	env := []string{"TOKENLIMIT_REDIS_URL=" + srv.URL()}
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret"}
+	_, a, _ := startChild(t, env, "serving HTTP", args...)
+	_, b, _ := startChild(t, env, "serving HTTP", args...)
+	code, body := call(t, http.MethodPost, a+"/v1/admin/keys", `{"name": "k"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST keys: %d %v", code, body)
+	}
+	check := `{"descriptors": {"api_key": "` + body["secret"].(string) + `"}}`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _ := call(t, http.MethodPost, b+"/v1/check", check)
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other replica still answers %d for the new key after 10 s: its plane is not Redis'", code)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the replica, until the deadline
 	}
 }

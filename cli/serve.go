@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/gcfloor"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
+	"github.com/tokenlimit/tokenlimit/internal/snapshot"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/plane"
 	"github.com/tokenlimit/tokenlimit/plane/redisplane"
@@ -67,7 +69,7 @@ func (f *storeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica (default $TOKENLIMIT_REDIS_URL; empty: the embedded store)")
 	fl.DurationVar(&f.storeTimeout, "store-timeout", resilient.DefaultTimeout, "timeout of each Redis call; past it, limits follow their failure mode")
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
-	fl.StringVar(&f.dataDir, "data-dir", "", "directory where the embedded store keeps the quota plane's teams and keys (empty: in memory only; with --redis they live in Redis)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory where the embedded store keeps the quota plane's teams and keys and a snapshot of its budgets live a minute or more, written every 5 s and at shutdown (empty: in memory only; with --redis both live in Redis)")
 }
 
 // validate refuses values that cannot work, naming the flag: a timeout or
@@ -338,11 +340,12 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 func openPlane(f storeFlags, store tokenlimit.Store, knownPlan func(string) bool, log *slog.Logger) (*plane.Plane, func(), error) {
 	var ps plane.Store
 	closeFile := func() {}
+	conn, onRedis := store.(*redisConn) // --redis or $TOKENLIMIT_REDIS_URL
 	switch {
-	case f.redis != "" && f.dataDir != "":
+	case onRedis && f.dataDir != "":
 		return nil, nil, fmt.Errorf("--data-dir: with --redis the plane lives in Redis; give one: %w", errUsage)
-	case f.redis != "":
-		ps = redisplane.New(store.(*redisConn).rueidis, redisplane.Options{})
+	case onRedis:
+		ps = redisplane.New(conn.rueidis, redisplane.Options{})
 	case f.dataDir != "":
 		fs, err := plane.OpenFileStore(f.dataDir, log)
 		if err != nil {
@@ -364,6 +367,22 @@ func openPlane(f storeFlags, store tokenlimit.Store, knownPlan func(string) bool
 	return pl, func() { cancel(); <-done; closeFile() }, nil
 }
 
+// keepBudgets restores the embedded store's long budgets from dir's
+// snapshot and writes them there every snapshot.DefaultInterval until the
+// returned stop, which writes them once more (a graceful shutdown loses
+// nothing; a crash at most one interval).
+func keepBudgets(st *memstore.Store, dir string, log *slog.Logger) (func(), error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	o := snapshot.Options{Path: filepath.Join(dir, snapshot.FileName), Logger: log}
+	snapshot.Restore(st, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); snapshot.Run(ctx, st, o) }()
+	return func() { cancel(); <-done }, nil
+}
+
 // openStore returns the embedded store, or (--redis, else
 // $TOKENLIMIT_REDIS_URL) a Redis store through rueidis
 // (see docs/dependencies.md for why rueidis) that connects in the
@@ -378,7 +397,14 @@ func openStore(f storeFlags, log *slog.Logger) (tokenlimit.Store, func(), error)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--max-keys: %w", err)
 		}
-		return st, func() {}, nil
+		if f.dataDir == "" {
+			return st, func() {}, nil
+		}
+		stop, err := keepBudgets(st, f.dataDir, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, stop, nil
 	}
 	conn, err := dialRedis(f.redis, log)
 	if err != nil {
