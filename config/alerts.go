@@ -43,7 +43,7 @@ func (b *builder) alerts(r rawAlerts) Alerts {
 	case os.Getenv(r.SecretEnv) == "":
 		b.fail(at(path, "secret_env"), "the environment variable %s is empty or unset", r.SecretEnv)
 	}
-	return Alerts{Webhook: r.Webhook, SecretEnv: r.SecretEnv}
+	return Alerts(r)
 }
 
 // alertAt applies alert_at, the thresholds of a budget's use that raise
