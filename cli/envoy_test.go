@@ -467,12 +467,24 @@ func TestServeEnvoyWithRedisHeld(t *testing.T) {
 		return late
 	}
 	// The bound is wall-clock time on a machine shared with other work: a
-	// pass whose calls missed it is run again, and the test fails if the
-	// second misses it too (a drop-in that waits past the store timeout
-	// does on every pass).
-	if late := outage(1); len(late) > 0 {
-		t.Logf("pass 1 on a loaded machine: %s; again", strings.Join(late, "; "))
-		for _, l := range outage(2) {
+	// pass whose calls missed it is run again, up to three passes, and the
+	// test fails if every pass misses it (a drop-in that waits past the
+	// store timeout does on every pass). At load 25-30 with two CPU
+	// burners about one pass in four has a call past its bound, most by
+	// tens of milliseconds, and now and then one by about a second: a
+	// Redis call that returned some 1.2 s after its deadline, inside the
+	// store.
+	const passes = 3
+	for pass := 1; pass <= passes; pass++ {
+		late := outage(pass)
+		if len(late) == 0 {
+			break
+		}
+		if pass < passes {
+			t.Logf("pass %d on a loaded machine: %s; again", pass, strings.Join(late, "; "))
+			continue
+		}
+		for _, l := range late {
 			t.Error(l)
 		}
 	}
