@@ -204,7 +204,7 @@ limits:
 }
 
 // TestClientLeavesAGrownStream: the client reads 700 deltas of a stream
-// whose estimate was 10 (so that it grew twice) and leaves. The call is
+// whose estimate was 10 (so that it grew twice at least) and leaves. The call is
 // charged what it delivered, once: each growth is refunded, the budget
 // holds exactly the settlement.
 func TestClientLeavesAGrownStream(t *testing.T) {
@@ -228,8 +228,11 @@ func TestClientLeavesAGrownStream(t *testing.T) {
 		cancel()
 		resp.Body.Close()
 		s := e.waitSettled()
-		if s.Stopped || s.Basis != proxy.ByCount || s.Actual < chatPrompt+700 || s.Grown != 2*proxy.GrowthChunk {
-			t.Errorf("settlement %+v, want at least 700 output tokens by count, two growths reserved", s)
+		// The proxy may have handed out more than the client read (the
+		// connection buffers it), but no more than it reserved.
+		if s.Stopped || s.Basis != proxy.ByCount || s.Actual < chatPrompt+700 || s.Actual > s.Reserved+s.Grown ||
+			s.Grown < 2*proxy.GrowthChunk || s.Grown%proxy.GrowthChunk != 0 {
+			t.Errorf("settlement %+v, want at least 700 output tokens by count, within whole growths reserved (two at least)", s)
 		}
 		assertUsed(t, e.used(alice, ""), map[string]int64{"tokens": s.Actual, "in-flight": 0})
 		testkit.Eventually(t, 10*time.Second, "the upstream request closed", func() bool { return e.up.Cancelled() == 1 })
