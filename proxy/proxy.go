@@ -487,10 +487,11 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 		actual := used.tokens()
 		spend, _ := p.price(c, used)
 		var err error
+		var charged service.Charges
 		if c.decision.Reserved {
 			ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 			defer cancel()
-			_, err = p.svc.SettleUsage(ctx, c.decision, actual, &spend, used.usage())
+			_, charged, err = p.svc.SettleUsage(ctx, c.decision, actual, &spend, used.usage())
 			if err == nil {
 				err = p.refundGrowth(ctx, c)
 			}
@@ -510,7 +511,7 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 			entry = OtherModel
 		}
 		p.opts.Metrics.settled(entry, s)
-		p.accessLog(c, s)
+		p.accessLog(c, s, charged)
 		if p.opts.OnSettle != nil {
 			p.opts.OnSettle(s)
 		}
@@ -519,8 +520,10 @@ func (p *Proxy) settle(c *call, used bill, basis Basis) {
 
 // accessLog writes the one line of an admitted call, once it is settled:
 // its request id, what it is, the upstream's status, its estimate, what it
-// was settled to and how, and the limits it touched.
-func (p *Proxy) accessLog(c *call, s Settlement) {
+// was settled to and how (charged: what each limit counting token classes
+// was settled to, by name; null when there is none), and the limits it
+// touched.
+func (p *Proxy) accessLog(c *call, s Settlement, charged service.Charges) {
 	limits := make([]string, 0, len(c.decision.Limits))
 	for _, o := range c.decision.Limits {
 		limits = append(limits, o.Name)
@@ -534,6 +537,6 @@ func (p *Proxy) accessLog(c *call, s Settlement) {
 		"estimate_tokens", s.Reserved, "estimate_usd", config.FormatUSD(s.ReservedSpend),
 		"grown_tokens", s.Grown, "grown_usd", config.FormatUSD(s.GrownSpend),
 		"tokens", s.Actual, "input_tokens", s.Input, "cached_input_tokens", s.Cached, "cache_write_tokens", s.CacheWrite,
-		"output_tokens", s.Output, "reasoning_tokens", s.Reasoning, "usd", config.FormatUSD(s.Spend),
+		"output_tokens", s.Output, "reasoning_tokens", s.Reasoning, "charged", charged, "usd", config.FormatUSD(s.Spend),
 		"basis", string(s.Basis), "stopped", s.Stopped, "limits", limits, "error", s.Err)
 }

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -67,7 +68,8 @@ func TestSplitLimitsWithSDKs(t *testing.T) {
 			t.Run(tt.name+"/"+scenario, func(t *testing.T) {
 				t.Parallel()
 				testkit.EachStore(t, func(t *testing.T, store string) {
-					e := newEnv(t, store, withConfig(splitConfig))
+					var logs testkit.Buffer
+					e := newEnv(t, store, withConfig(splitConfig), withOptions(func(o *proxy.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) }))
 					e.up.set(func(b *behaviour) { b.CacheWrite, b.CacheRead, b.Reasoning = 5, 10, 4 })
 					r := runSDK(t, e, tt.script, scenario, splitKey, 0)
 					if r.Status != 0 || r.Text == "" {

@@ -18,6 +18,9 @@ type measure struct {
 	limit   *config.Limit
 	request int
 	desc    map[string]string
+	// names are the limits settled to the measure: limit's, and those of
+	// later limits of the same class for the same request.
+	names []string
 }
 
 // settleRule is how check's charge settles once the request's real cost
@@ -41,13 +44,14 @@ func settleRule(c check, measured []measure) (tokenlimit.SettleRule, []measure) 
 	}
 	for k, m := range measured {
 		if sameCost(m.limit, c.limit) && m.request == c.request {
+			measured[k].names = append(measured[k].names, c.limit.Name)
 			return tokenlimit.MeasureRule(k), measured
 		}
 	}
 	if len(measured) == tokenlimit.MaxMeasures {
 		return tokenlimit.SettleKeep, measured
 	}
-	return tokenlimit.MeasureRule(len(measured)), append(measured, measure{limit: c.limit, request: c.request, desc: c.desc})
+	return tokenlimit.MeasureRule(len(measured)), append(measured, measure{limit: c.limit, request: c.request, desc: c.desc, names: []string{c.limit.Name}})
 }
 
 // sameCost reports whether limits a and b, counting token classes, cost
@@ -57,19 +61,39 @@ func sameCost(a, b *config.Limit) bool {
 	return a == b || (a.Cost.Class != config.NoClass && a.Cost.Class == b.Cost.Class)
 }
 
+// Charges are what the limits counting token classes of a reservation
+// are settled to, by limit name.
+type Charges map[string]int64
+
 // SettleUsage settles d, a reservation made by this process, to what the
 // request really consumed: actual is its own cost, spend (if not nil) its
 // price in micro-dollars, and usage its tokens by class, to which each limit
-// counting token classes settles its cost. A cost expression that fails or
-// returns a negative cost settles to 0 and is counted. Otherwise it is
-// SettleSpend (Settle when spend is nil). A reservation settled by id alone
-// (Settle, from another process) leaves the limits counting token classes
-// at their estimates.
-func (s *Service) SettleUsage(ctx context.Context, d Decision, actual int64, spend *int64, usage config.Usage) (tokenlimit.SettleStatus, error) {
+// counting token classes settles its cost (returned as charges, nil when
+// there is none). A cost expression that fails or returns a negative cost
+// settles to 0 and is counted. Otherwise it is SettleSpend (Settle when
+// spend is nil). A reservation settled by id alone (Settle, from another
+// process) leaves the limits counting token classes at their estimates.
+func (s *Service) SettleUsage(ctx context.Context, d Decision, actual int64, spend *int64, usage config.Usage) (tokenlimit.SettleStatus, Charges, error) {
 	if spend != nil && (*spend < 0 || *spend > tokenlimit.MaxCost) {
-		return 0, invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), *spend)
+		return 0, nil, invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), *spend)
 	}
-	return s.settle(ctx, d.ReservationID, actual, spend, s.measures(d.measured, actual, usage))
+	measures := s.measures(d.measured, actual, usage)
+	st, err := s.settle(ctx, d.ReservationID, actual, spend, measures)
+	return st, charges(d.measured, measures), err
+}
+
+// charges names each measure's value by the limits settled to it.
+func charges(measured []measure, values []int64) Charges {
+	if len(measured) == 0 {
+		return nil
+	}
+	out := Charges{}
+	for k, m := range measured {
+		for _, name := range m.names {
+			out[name] = values[k]
+		}
+	}
+	return out
 }
 
 // measures returns each measure's cost on usage; nil when there are none.

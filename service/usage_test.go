@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 
@@ -117,9 +118,12 @@ func TestSettleUsage(t *testing.T) {
 		// The upstream reports 1,200 input tokens, 800 of them read from
 		// the cache and 100 written to it, and 300 output tokens.
 		used := config.Usage{Input: 1200, Cached: 800, CacheWrite: 100, Output: 300, Reasoning: 50}
-		st, err := e.Service.SettleUsage(ctx, d, 1500, nil, used)
+		st, charged, err := e.Service.SettleUsage(ctx, d, 1500, nil, used)
 		if err != nil || st != tokenlimit.Settled {
 			t.Fatalf("SettleUsage = %s, %v", st, err)
+		}
+		if want := (service.Charges{"itpm": 400, "all-input": 1200, "otpm": 300, "total": 1500, "weighted": 2 * (1200 + 4*300), "broken": 900}); !maps.Equal(charged, want) {
+			t.Errorf("SettleUsage charged %v, want %v", charged, want)
 		}
 		expect("settled", map[string]int64{"itpm": 400, "all-input": 1200, "otpm": 300, "tokens": 1500, "total": 1500,
 			"weighted": 2 * (1200 + 4*300), "broken": 900, "requests": 1})
@@ -130,7 +134,7 @@ func TestSettleUsage(t *testing.T) {
 		if err != nil || !d.Reserved {
 			t.Fatalf("Reserve(r2) = %s, %v", describe(d), err)
 		}
-		if st, err := e.Service.SettleUsage(ctx, d, 300, nil, config.Usage{Input: 100, Output: 200}); err != nil || st != tokenlimit.Settled {
+		if st, _, err := e.Service.SettleUsage(ctx, d, 300, nil, config.Usage{Input: 100, Output: 200}); err != nil || st != tokenlimit.Settled {
 			t.Fatalf("SettleUsage(r2) = %s, %v", st, err)
 		}
 		expect("a negative cost", map[string]int64{"itpm": 500, "otpm": 500, "broken": 900, "tokens": 1800})
