@@ -286,6 +286,7 @@ func (p *Proxy) setHeadersAfterSettle(h http.Header, c *call) {
 		p.log.Warn("inspect after settle failed; headers show the reservation", "request_id", c.id, "error", err)
 		d = c.decision
 	}
+	d.Alerts = c.decision.Alerts // the thresholds the reservation crossed; an inspection crosses none
 	p.setRateHeaders(h, c, d)
 }
 

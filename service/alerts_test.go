@@ -115,3 +115,39 @@ func TestAlertsAreSentOncePerThresholdAcrossReplicas(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, "the next window's 50% event", func() bool { return len(hook.received()) == 3 })
 	})
 }
+
+// TestAlertsOnReservations: a reservation whose estimate crosses a
+// threshold carries it and sends it, as a check does; replaying the
+// reservation (the same id again) raises nothing more.
+func TestAlertsOnReservations(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		hook := &webhook{}
+		srv := httptest.NewServer(hook)
+		defer srv.Close()
+		e := testkit.NewService(t, testkit.Setup{Store: store, Config: testkit.ParseConfig(t, alertConfig),
+			Start: time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC),
+			Edit:  func(o *service.Options) { o.Alerts = alert.Options{Webhook: srv.URL, Secret: []byte("k")} }})
+		defer e.Service.Close()
+		req := service.Request{Descriptors: D{"user": "u"}, Cost: 1}
+		var crossed []string
+		for i := range 8 {
+			d, err := e.Service.Reserve(context.Background(), fmt.Sprintf("r%d", i+1), req)
+			if err != nil || !d.Allowed {
+				t.Fatalf("reservation %d: %v, %s", i+1, err, describe(d))
+			}
+			for _, al := range d.Alerts {
+				crossed = append(crossed, fmt.Sprintf("%s@%d", al, i+1))
+			}
+		}
+		if d, err := e.Service.Reserve(context.Background(), "r8", req); err != nil || !d.Replayed || len(d.Alerts) != 0 {
+			t.Errorf("replayed reservation: %v, replayed %v, alerts %v; want a replay raising none", err, d.Replayed, d.Alerts)
+		}
+		if want := []string{"per-user;threshold=50%@5", "per-user;threshold=80%@8"}; !slices.Equal(crossed, want) {
+			t.Fatalf("alerts on the reservations: %v, want %v", crossed, want)
+		}
+		testkit.Eventually(t, 10*time.Second, "two events", func() bool { return len(hook.received()) >= 2 })
+		if n := len(hook.received()); n != 2 {
+			t.Errorf("%d events, want 2", n)
+		}
+	})
+}

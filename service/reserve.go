@@ -133,6 +133,9 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationClosed)
 	}
 	d.Reserved, d.Replayed, d.measured = res.OK(), res.Status() == tokenlimit.Replayed, measured
+	if d.Reserved && !d.Replayed && d.Allowed && a.Source == resilient.FromStore && !a.Full {
+		s.raiseAlerts(ctx, checks, &d) // the estimate charged crossed them; what settling adds raises none
+	}
 	return d, nil
 }
 
