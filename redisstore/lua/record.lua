@@ -13,7 +13,7 @@ local RESERVED, DENIED, REPLAYED, CONFLICT, CLOSED = 1, 2, 3, 4, 5
 local SETTLED, ALREADY, UNKNOWN = 1, 2, 3
 -- Settle rules (tokenlimit.SettleRule).
 local SETTLE_KEEP, SETTLE_RELEASE, SETTLE_SPEND, SETTLE_MEASURE = 1, 2, 3, 4
-local MAX_BUCKET_SPAN = 2251799813685248 -- 2^51, tokenlimit.MaxBucketSpan
+local MAX_BUCKET_SPAN = 2251799813685248 -- 2^51, storekit.MaxBucketSpan
 
 local function load_record(key, now)
   local raw = redis.call('GET', key)
@@ -53,7 +53,7 @@ local function replay(reply, rec, digest)
   end
 end
 
--- tokenlimit.SettleDelta: what settling a charge of cost applies.
+-- storekit.SettleDelta: what settling a charge of cost applies.
 local function settle_delta(alg, num, cost, settled)
   local delta = settled - cost
   if alg ~= FIXED_WINDOW and alg ~= SLIDING_LOG and alg ~= SLIDING_COUNTER then
