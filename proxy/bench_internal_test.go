@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,45 +19,55 @@ import (
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// BenchmarkEstimate100kB estimates a request of each API whose prompt is
-// 100 kB of English text: parsing the body and counting its tokens, the
+// BenchmarkEstimate estimates a request of each API whose prompt is 2 kB
+// or 100 kB of English text: parsing the body and counting its tokens, the
 // work the proxy does before any limit is checked. cpu-µs/op is the
 // process's CPU time per estimate (garbage collection included), which a
-// loaded machine does not inflate as it does ns/op.
-func BenchmarkEstimate100kB(b *testing.B) {
+// loaded machine does not inflate as it does ns/op; cpu-µs/1k-tokens puts
+// the two sizes side by side (issue 21: a 100 kB prompt at most 2x a 2 kB
+// one per token).
+func BenchmarkEstimate(b *testing.B) {
 	words := strings.Fields("Rate limits protect an API from overload and share its capacity fairly between its users, counted in the tokens each call reads and writes.")
-	var sb strings.Builder
-	for i := 0; sb.Len() < 100_000; i++ {
-		sb.WriteString(words[i%len(words)] + " ")
+	for _, size := range []int{2_000, 100_000} {
+		var sb strings.Builder
+		for i := 0; sb.Len() < size; i++ {
+			sb.WriteString(words[i%len(words)] + " ")
+		}
+		text, _ := json.Marshal(sb.String())
+		for _, tt := range []struct {
+			name string
+			kind Kind
+			body string
+		}{
+			{"chat", Chat, `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":` + string(text) + `}]}`},
+			{"responses", Responses, `{"model":"gpt-4o","max_output_tokens":100,"input":` + string(text) + `}`},
+			{"messages", Messages, `{"model":"claude-sonnet-4-5","max_tokens":100,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":` + string(text) + `}]}]}`},
+		} {
+			b.Run(fmt.Sprintf("%s/%dkB", tt.name, size/1000), func(b *testing.B) {
+				benchEstimate(b, tt.kind, []byte(tt.body))
+			})
+		}
 	}
-	text, _ := json.Marshal(sb.String())
-	for _, tt := range []struct {
-		name string
-		kind Kind
-		body string
-	}{
-		{"chat", Chat, `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":` + string(text) + `}]}`},
-		{"responses", Responses, `{"model":"gpt-4o","max_output_tokens":100,"input":` + string(text) + `}`},
-		{"messages", Messages, `{"model":"claude-sonnet-4-5","max_tokens":100,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":` + string(text) + `}]}]}`},
-	} {
-		b.Run(tt.name, func(b *testing.B) {
-			body := []byte(tt.body)
-			b.SetBytes(int64(len(body)))
-			e, err := testTokens.estimate(tt.kind, body, 4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var before, after syscall.Rusage
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-			for b.Loop() {
-				_, _ = testTokens.estimate(tt.kind, body, 4096)
-			}
-			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-			cpu := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
-			b.ReportMetric(float64(cpu)/float64(b.N)/1e3, "cpu-µs/op")
-			b.ReportMetric(float64(e.Prompt), "prompt-tokens")
-		})
+}
+
+// benchEstimate estimates body of kind b.N times, reporting CPU per
+// estimate and per 1,000 prompt tokens.
+func benchEstimate(b *testing.B, kind Kind, body []byte) {
+	b.SetBytes(int64(len(body)))
+	e, err := testTokens.estimate(kind, body, 4096)
+	if err != nil {
+		b.Fatal(err)
 	}
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	for b.Loop() {
+		_, _ = testTokens.estimate(kind, body, 4096)
+	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := float64(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano()) / float64(b.N) / 1e3
+	b.ReportMetric(cpu, "cpu-µs/op")
+	b.ReportMetric(cpu/float64(e.Prompt)*1000, "cpu-µs/1k-tokens")
+	b.ReportMetric(float64(e.Prompt), "prompt-tokens")
 }
 
 // BenchmarkIdentify tells who a call is, before its body is read: the
