@@ -45,6 +45,9 @@ echo "==> Redis: throughput, script cost, script anatomy, memory per key"
 (cd bench && go run ./cmd/loadcompare -runs "$rounds") >"$out/loadcompare.md" 2>"$out/loadcompare.log"
 echo "load average after loadcompare: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
+echo "==> the quota plane at 100,000 keys on Redis: yaml vs plane, commands per decision, memory per key"
+(cd bench && go run ./cmd/planeload) >"$out/planeload.md" 2>"$out/planeload.log"
+
 # The service: the Envoy RLS Go benchmarks (client and server in one test
 # process), then tokenlimit serve under httpload (a child process).
 echo "==> server/rlsv3 Go benchmarks, $rounds rounds"
