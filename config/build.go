@@ -50,6 +50,8 @@ type rawLimit struct {
 	RLSOverride   bool              `yaml:"rls_limit_override"`
 	OnExhaust     string            `yaml:"on_exhaust"`
 	AlertAt       []string          `yaml:"alert_at"`
+	Wait          string            `yaml:"wait"`
+	MaxWaiting    *int64            `yaml:"max_waiting"`
 }
 
 type rawPlan struct {
@@ -368,6 +370,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.rlsOverride(path, r, &l)
 	b.onExhaust(path, r, &l)
 	b.alertAt(path, r, &l)
+	b.wait(path, r, &l)
 	return l, len(b.errs) == before
 }
 
@@ -418,6 +421,43 @@ func (b *builder) maxKeys(path []any, r *rawLimit, l *Limit) {
 		b.fail(at(path, "max_keys"), "bounds the budgets of distinct key values, and this limit has no key: it is one budget")
 	default:
 		l.MaxKeys = int(*n)
+	}
+}
+
+// MaxWait is the longest wait a limit may take: a caller held longer is
+// better told to come back (429 with its retry-after).
+const MaxWait = time.Minute
+
+// DefaultMaxWaiting is a limit's max_waiting when it has a wait and sets
+// none; MaxWaitingBound is the largest max_waiting.
+const (
+	DefaultMaxWaiting = 100
+	MaxWaitingBound   = 100_000
+)
+
+// wait applies wait and max_waiting: how long a denied request may be held
+// for its budget to refill, and how many may be held per budget.
+func (b *builder) wait(path []any, r *rawLimit, l *Limit) {
+	if r.Wait != "" {
+		switch d, err := time.ParseDuration(r.Wait); {
+		case err != nil || d <= 0 || d > MaxWait:
+			b.fail(at(path, "wait"), "want a duration above 0 and at most %gs, such as 500ms or 2s; got %q", MaxWait.Seconds(), r.Wait)
+		case r.Shadow:
+			b.fail(at(path, "wait"), "a shadow limit never denies: there is nothing to wait for")
+		case r.Algorithm == "concurrency":
+			b.fail(at(path, "wait"), "a concurrency slot comes back when a request ends, not at a time a wait could be set for")
+		default:
+			l.Wait, l.MaxWaiting = d, DefaultMaxWaiting
+		}
+	}
+	switch n := r.MaxWaiting; {
+	case n == nil:
+	case r.Wait == "":
+		b.fail(at(path, "max_waiting"), "bounds the requests waiting under wait, and this limit has no wait")
+	case *n < 1 || *n > MaxWaitingBound:
+		b.fail(at(path, "max_waiting"), "want a whole number of waiting requests per budget from 1 to %d, got %d", MaxWaitingBound, *n)
+	case l.Wait > 0:
+		l.MaxWaiting = int(*n)
 	}
 }
 

@@ -115,6 +115,15 @@ type Limit struct {
 	// raise a warning when a request crosses them (once per threshold, per
 	// budget and per window across replicas); empty for none.
 	AlertAt []int
+	// Wait, if not 0, is how long a request this limit denies may be held
+	// for its budget to refill instead of being refused: one whose
+	// retry-after is within Wait waits that long and is decided again
+	// (see the service). At most MaxWait.
+	Wait time.Duration
+	// MaxWaiting is how many requests may wait at once per budget (key)
+	// in each replica, 1..MaxWaitingBound (DefaultMaxWaiting when wait is
+	// set without it); those beyond are refused at once. 0 without Wait.
+	MaxWaiting int
 	// Line is where the limit is defined (0 for generated ones).
 	Line int
 }

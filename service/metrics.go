@@ -34,7 +34,11 @@ type metrics struct {
 	costErrors *prometheus.CounterVec
 	// alerts counts alert_at events by limit and threshold.
 	alerts *prometheus.CounterVec
-	stats  stats.Stats // live per-second counts for the dashboard
+	// waitingNow and waits are the requests waiting under a limit's wait
+	// now, and the waits by outcome (wait.go).
+	waitingNow prometheus.Gauge
+	waits      *prometheus.CounterVec
+	stats      stats.Stats // live per-second counts for the dashboard
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -121,21 +125,35 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_alerts_total",
 			Help: "Budget thresholds (alert_at) crossed, one per threshold, budget and window across replicas, by limit and threshold (\"80%\").",
 		}, []string{"limit", "threshold"}),
+		waitingNow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokenlimit_waiting",
+			Help: "Requests waiting now under a limit's wait for their budget to refill, in this replica.",
+		}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokenlimit_waits_total",
+			Help: "Denied requests that a limit's wait applied to, by outcome: admitted (after waiting), denied (still denied within the wait: answered 429), cancelled (the caller left while waiting; nothing charged) or full (max_waiting already waiting: answered 429 at once).",
+		}, []string{"outcome"}),
 	}
 	// Both results exist from the start, at 0, so that a dashboard or an
 	// alert on errors sees the series before the first reload.
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
+	for _, o := range []string{"admitted", "denied", "cancelled", "full"} {
+		m.waits.WithLabelValues(o)
+	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors, m.alerts} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors, m.alerts, m.waitingNow, m.waits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// waited counts a wait that ended with outcome.
+func (m *metrics) waited(outcome string) { m.waits.WithLabelValues(outcome).Inc() }
 
 // costFailed counts a cost expression of limit that failed with err
 // (config.ErrNegativeCost or another error).

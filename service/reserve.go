@@ -46,6 +46,11 @@ type ReserveOptions struct {
 	// cannot pay for more of: enforced budgets in tokens or usd whose
 	// on_exhaust is stop. The LLM proxy reserves a stream's growth on them.
 	StopLimits bool
+	// Cancel, when not nil, ends a wait under a limit's wait (see
+	// Decision.Waited) once closed, as ctx's end does: for a caller that
+	// decides on a context its client's leaving does not end (the LLM
+	// proxy passes its client's).
+	Cancel <-chan struct{}
 }
 
 // Reserve checks reqs like Check and, if admitted, keeps the charges in the
@@ -89,11 +94,15 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 		checks = slices.DeleteFunc(checks, func(c check) bool { return !stopsStreams(c.limit) })
 	}
 	d, err := s.reserveChecks(ctx, id, checks)
+	took := time.Since(start) // the first decision's, without a wait
+	if err == nil && !d.Allowed {
+		d, err = s.waitAndDecide(ctx, o.Cancel, checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks) })
+	}
 	if err != nil {
 		return Decision{}, err
 	}
 	d.ReservationID = id
-	s.metrics.observe(d, time.Since(start))
+	s.metrics.observe(d, took)
 	return d, nil
 }
 

@@ -36,6 +36,11 @@ type Options struct {
 	Store tokenlimit.Store
 	// Clock is the service's time; time.Now when nil.
 	Clock func() time.Time
+	// Timer is the service's timer, which the waits of limits with a wait
+	// sleep on (wait.go): a channel that receives once d has passed on
+	// Clock, and a function that stops it. time.NewTimer's when nil; a
+	// fake clock's lets tests drive waits.
+	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
 	// StoreTimeout bounds every call to a remote store. Default 50ms.
 	// Negative durations and sizes, here and below, are refused by New.
 	StoreTimeout time.Duration
@@ -99,6 +104,8 @@ type Service struct {
 	// overLimit caches recent denials of the limits with local_cache.
 	overLimit *overLimit
 	alerts    *alert.Notifier
+	// waiting holds the requests waiting under a limit's wait (wait.go).
+	waiting waitQueues
 }
 
 // New returns a service enforcing cfg.
@@ -170,6 +177,9 @@ func withDefaults(o Options) Options {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.Timer == nil {
+		o.Timer = newTimer
+	}
 	if o.StoreTimeout == 0 {
 		o.StoreTimeout = resilient.DefaultTimeout
 	}
@@ -191,6 +201,12 @@ func withDefaults(o Options) Options {
 	// LocalMaxKeys, MaxReservations, FailOpenKeys and FailOpenRecovery
 	// take resilient.FailoverOptions' defaults there.
 	return o
+}
+
+// newTimer is time.NewTimer as an Options.Timer.
+func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
 }
 
 // logBreaker logs the store's circuit breaker opening (error) and closing
@@ -403,6 +419,9 @@ type Decision struct {
 	// of the same id and request: this decision is that one's, and nothing
 	// more was charged.
 	Replayed bool
+	// Waited is how long the request waited under the waits of the limits
+	// that first denied it before this decision (wait.go); 0 if it did not.
+	Waited time.Duration
 	// Alerts are the alert_at thresholds this request's charges crossed,
 	// for a warning header (alerts.go).
 	Alerts []Alert
@@ -452,10 +471,14 @@ func (s *Service) check(ctx context.Context, reqs []Request) (Decision, error) {
 		return Decision{}, err
 	}
 	d, err := s.decide(ctx, plan)
+	took := time.Since(start) // the first decision's, without a wait
+	if err == nil && !d.Allowed {
+		d, err = s.waitAndDecide(ctx, nil, plan.enforced, d, func() (Decision, error) { return s.decide(ctx, plan) })
+	}
 	if err != nil {
 		return Decision{}, err
 	}
-	s.metrics.observe(d, time.Since(start))
+	s.metrics.observe(d, took)
 	return d, nil
 }
 

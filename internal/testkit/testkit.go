@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,15 @@ import (
 // it from its own goroutines while the test sets or advances it. The zero
 // Clock reads the zero time.
 type Clock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu     sync.Mutex
+	t      time.Time
+	timers []*fakeTimer // pending, made by Timer
+}
+
+// fakeTimer fires c at time at.
+type fakeTimer struct {
+	at time.Time
+	c  chan time.Time
 }
 
 // NewClock returns a clock reading start.
@@ -53,18 +61,60 @@ func (c *Clock) Now() time.Time {
 	return c.t
 }
 
-// Set moves the clock to t, backwards too.
+// Set moves the clock to t, backwards too, firing the timers due by t.
 func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+	c.fire()
 }
 
-// Advance moves the clock d forward (backward for a negative d).
+// Advance moves the clock d forward (backward for a negative d), firing the
+// timers due by then.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
+	c.fire()
+}
+
+// Timer is time.NewTimer on the clock (a service.Options.Timer): the
+// channel receives the clock's time once the clock has been moved d past
+// now (at once for d <= 0); stop drops the timer, reporting whether it
+// had not fired.
+func (c *Clock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.t.Add(d), c: make(chan time.Time, 1)}
+	c.timers = append(c.timers, t)
+	c.fire()
+	return t.c, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := len(c.timers)
+		c.timers = slices.DeleteFunc(c.timers, func(o *fakeTimer) bool { return o == t })
+		return len(c.timers) < n
+	}
+}
+
+// Timers returns how many timers made by Timer are pending: a test
+// waits for its code to be asleep on them before it advances the clock.
+func (c *Clock) Timers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// fire fires and drops the timers due by the clock's time, in the order
+// they were made. c.mu is held.
+func (c *Clock) fire() {
+	c.timers = slices.DeleteFunc(c.timers, func(t *fakeTimer) bool {
+		if t.at.After(c.t) {
+			return false
+		}
+		t.c <- c.t
+		return true
+	})
 }
 
 // The stores every behaviour is checked on, by name.
@@ -207,7 +257,7 @@ func NewService(tb testing.TB, s Setup) *Env {
 		opts.Registerer = e.Registry
 	}
 	if opts.Clock == nil {
-		opts.Clock = e.Clock.Now
+		opts.Clock, opts.Timer = e.Clock.Now, e.Clock.Timer
 	}
 	switch s.Store {
 	case Memory:
