@@ -386,7 +386,8 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
 // reserve caps a default reply budget, reserves the estimate, and answers
 // 400, 429 or 503 when the request may not go on.
 func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
-	opts := service.ReserveOptions{ID: c.id}
+	// A limit's wait ends when the client leaves (nothing charged).
+	opts := service.ReserveOptions{ID: c.id, Cancel: r.Context().Done()}
 	if c.kind == Passthrough {
 		opts.Units = []service.Unit{service.Requests, service.InFlight}
 	} else {
@@ -404,6 +405,9 @@ func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
 	switch {
 	case errors.Is(err, service.ErrInvalidRequest):
 		writeError(w, c.dialect, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		return false
+	case err != nil && r.Context().Err() != nil:
+		p.log.Debug("client left while its request waited under a limit's wait", "request_id", c.id)
 		return false
 	case err != nil:
 		p.log.Error("reserve failed", "error", err, "request_id", c.id)

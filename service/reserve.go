@@ -95,7 +95,8 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 	}
 	d, err := s.reserveChecks(ctx, id, checks)
 	took := time.Since(start) // the first decision's, without a wait
-	if err == nil && !d.Allowed {
+	// A stream's growth does not wait: it stops or finishes as on_exhaust says.
+	if err == nil && !d.Allowed && !o.StopLimits {
 		d, err = s.waitAndDecide(ctx, o.Cancel, checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks) })
 	}
 	if err != nil {

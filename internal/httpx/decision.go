@@ -9,12 +9,15 @@ import (
 // Decision is the JSON answer to a check or a reservation, the body of the
 // API's 200, 429 and 503 answers and of the middleware's 429.
 type Decision struct {
-	Allowed       bool      `json:"allowed"`
-	Unavailable   bool      `json:"unavailable,omitempty"`
-	KeySpaceFull  bool      `json:"key_space_full,omitempty"`
-	ReservationID string    `json:"reservation_id,omitempty"`
-	Limits        []Outcome `json:"limits"`
-	Error         *Error    `json:"error,omitempty"`
+	Allowed       bool   `json:"allowed"`
+	Unavailable   bool   `json:"unavailable,omitempty"`
+	KeySpaceFull  bool   `json:"key_space_full,omitempty"`
+	ReservationID string `json:"reservation_id,omitempty"`
+	// WaitedMS is how long the request waited under a limit's wait before
+	// this answer, in milliseconds rounded up; absent if it did not.
+	WaitedMS int64     `json:"waited_ms,omitempty"`
+	Limits   []Outcome `json:"limits"`
+	Error    *Error    `json:"error,omitempty"`
 }
 
 // Outcome is one limit's answer. Times are milliseconds, rounded up.

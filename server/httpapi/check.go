@@ -89,7 +89,8 @@ func (a *api) writeDecision(w http.ResponseWriter, d service.Decision, reqs []se
 
 // bodyOf is the JSON answer to d.
 func bodyOf(d service.Decision) httpx.Decision {
-	body := httpx.Decision{Allowed: d.Allowed, Unavailable: d.Unavailable, KeySpaceFull: d.KeySpaceFull, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits)}
+	body := httpx.Decision{Allowed: d.Allowed, Unavailable: d.Unavailable, KeySpaceFull: d.KeySpaceFull, ReservationID: d.ReservationID, Limits: outcomesBody(d.Limits),
+		WaitedMS: httpx.Millis(d.Waited)}
 	switch {
 	case d.Unavailable:
 		body.Error = &httpx.Error{Message: unavailableMessage}
@@ -112,6 +113,9 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := a.svc.Check(r.Context(), reqs...)
+	if err != nil && r.Context().Err() != nil {
+		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
+	}
 	if err != nil {
 		httpx.WriteError(w, a.serviceError(r.Context(), "check", err, single))
 		return
@@ -142,6 +146,9 @@ func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := a.svc.Reserve(r.Context(), b.ID, reqs...)
+	if err != nil && r.Context().Err() != nil {
+		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
+	}
 	if err != nil {
 		httpx.WriteError(w, a.serviceError(r.Context(), "reserve", err, single))
 		return

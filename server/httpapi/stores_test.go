@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/server/httpapi"
 )
 
@@ -28,6 +29,7 @@ var storeCases = []struct {
 	{"ForwardAuthClientIP", testForwardAuthClientIP},
 	{"ReserveSettle", testReserveSettle},
 	{"ReserveDenied", testReserveDenied},
+	{"WaitThenAdmit", testWaitThenAdmit},
 	{"AdminInspectReset", testAdminInspectReset},
 	{"PolicyOfOverridesAndCalendars", testPolicyOfOverridesAndCalendars},
 }
@@ -550,4 +552,39 @@ func testPolicyOfOverridesAndCalendars(t *testing.T, b backend) {
 		"X-RateLimit-Limit": "45", "X-RateLimit-Remaining": "35", "X-RateLimit-Reset": reset,
 		"RateLimit": `"plan-free-monthly";r=35;t=` + reset, "RateLimit-Policy": `"plan-free-monthly";q=45;w=2419200`,
 	})
+}
+
+// A limit's wait on /v1/check: a check denied with a retry-after of 1 s
+// under wait: 2s is answered once that second has passed on the service's
+// clock, allowed, with waited_ms; a retry-after beyond the wait is 429 at
+// once.
+func testWaitThenAdmit(t *testing.T, b backend) {
+	e := newEnv(t, b, setup{config: `
+limits:
+  - {name: per-second, key: [user], algorithm: fixed_window, limit: 1/s, wait: 2s}
+  - {name: per-minute, key: [team], algorithm: fixed_window, limit: 1/min, wait: 2s}
+`})
+	check := `{"descriptors": {"user": "ann"}}`
+	wantStatus(t, e.post("/v1/check", check), http.StatusOK)
+	answer := make(chan response, 1)
+	go func() { answer <- e.post("/v1/check", check) }()
+	testkit.Eventually(t, 10*time.Second, "the check waiting", func() bool { return e.clock.Timers() == 2 })
+	select {
+	case r := <-answer:
+		t.Fatalf("answered %d before the budget refilled: %s", r.status, r.body)
+	default:
+	}
+	e.clock.Advance(time.Second)
+	r := <-answer
+	wantStatus(t, r, http.StatusOK)
+	if v := r.json(t); v["allowed"] != true || v["waited_ms"] != float64(1000) {
+		t.Errorf("after waiting: %s; want allowed, waited_ms 1000", r.body)
+	}
+	team := `{"descriptors": {"team": "t"}}`
+	wantStatus(t, e.post("/v1/check", team), http.StatusOK)
+	r = e.post("/v1/check", team) // retry-after 59 s: beyond the wait
+	wantStatus(t, r, http.StatusTooManyRequests)
+	if _, ok := r.json(t)["waited_ms"]; ok {
+		t.Errorf("a denial at once has waited_ms: %s", r.body)
+	}
 }
