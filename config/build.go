@@ -91,6 +91,8 @@ type builder struct {
 	// unknown field is near theirs): saying that they are missing (or that
 	// an empty algorithm is unknown) would only bury the typo.
 	misspelt map[string]bool
+	// index holds the children of the large mappings b.child looked in.
+	index map[*yaml.Node]map[string]*yaml.Node
 	// compile compiles cost expressions; nil refuses them.
 	compile Compiler
 }
@@ -182,7 +184,7 @@ func (b *builder) lineOf(path []any) int {
 func (b *builder) locate(path []any) (n *yaml.Node, inFlow bool) {
 	n = b.doc
 	for _, p := range path {
-		next := child(n, p)
+		next := b.child(n, p)
 		if next == nil {
 			break
 		}
@@ -198,7 +200,7 @@ func (b *builder) locate(path []any) (n *yaml.Node, inFlow bool) {
 func (b *builder) keysInOrder(path []any) []string {
 	n := b.doc
 	for _, p := range path {
-		if n = child(n, p); n == nil {
+		if n = b.child(n, p); n == nil {
 			return nil
 		}
 	}
@@ -206,12 +208,43 @@ func (b *builder) keysInOrder(path []any) []string {
 		n = n.Alias
 	}
 	var keys []string
+	seen := map[string]bool{}
 	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i].Value; !slices.Contains(keys, k) {
+		if k := n.Content[i].Value; !seen[k] {
+			seen[k] = true
 			keys = append(keys, k)
 		}
 	}
 	return keys
+}
+
+// indexAbove is the number of entries past which a mapping's children are
+// found through an index (b.child) rather than a scan: api_keys may hold
+// 100,000 keys, each looked up by path.
+const indexAbove = 16
+
+// child is child for the document b reads: the children of a large mapping
+// are indexed once, the first of a repeated key winning as in child.
+func (b *builder) child(n *yaml.Node, p any) *yaml.Node {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	key, ok := p.(string)
+	if !ok || n.Kind != yaml.MappingNode || len(n.Content) <= 2*indexAbove {
+		return child(n, p)
+	}
+	idx, ok := b.index[n]
+	if !ok {
+		idx = make(map[string]*yaml.Node, len(n.Content)/2)
+		for i := len(n.Content) - 2; i >= 0; i -= 2 {
+			idx[n.Content[i].Value] = n.Content[i+1]
+		}
+		if b.index == nil {
+			b.index = map[*yaml.Node]map[string]*yaml.Node{}
+		}
+		b.index[n] = idx
+	}
+	return idx[key]
 }
 
 func child(n *yaml.Node, p any) *yaml.Node {
