@@ -78,6 +78,36 @@ func ExampleLimiter_AllowN() {
 	// false 1 1s
 }
 
+// Wait holds a request until its budget admits it, instead of refusing it.
+// Here the limiter's timer moves a fake clock, so the example waits no real
+// time; leave WithClock and WithTimer out to sleep on real time.
+func ExampleLimiter_WaitN() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+		now = now.Add(d) // the wait passes at once
+		c := make(chan time.Time, 1)
+		c <- now
+		return c, func() bool { return false }
+	}
+	store, _ := memstore.New(memstore.Options{})
+	limiter, _ := tokenlimit.NewLimiter(store, tokenlimit.WithClock(clock), tokenlimit.WithTimer(timer))
+	limit := tokenlimit.TokenBucketLimit(10, 2, time.Second)
+	start := now
+	for range 4 {
+		r, err := limiter.WaitN(context.Background(), "user=alice", limit, 3)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(r.Allowed, r.Remaining, "after", now.Sub(start))
+	}
+	// Output:
+	// true 7 after 0s
+	// true 4 after 0s
+	// true 1 after 0s
+	// true 0 after 1s
+}
+
 // A single-item call's errors name the argument at fault.
 func ExampleLimiter_AllowN_invalid() {
 	store, _ := memstore.New(memstore.Options{})

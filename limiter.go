@@ -16,6 +16,7 @@ import (
 type Limiter struct {
 	store Store
 	now   func() time.Time
+	timer func(time.Duration) (<-chan time.Time, func() bool)
 	ttl   time.Duration
 	// single recycles the one-item slices of AllowN, which escape through
 	// the Store interface and would otherwise cost two allocations a call.
@@ -37,18 +38,28 @@ func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.now = now }
 }
 
+// WithTimer makes WaitN sleep on timer instead of time.NewTimer: a channel
+// that receives once d has passed on the limiter's clock, and a function
+// that stops it. Tests pass a fake clock's, with WithClock.
+func WithTimer(timer func(d time.Duration) (c <-chan time.Time, stop func() bool)) Option {
+	return func(l *Limiter) { l.timer = timer }
+}
+
 // NewLimiter returns a limiter over store. It fails if store is nil.
 func NewLimiter(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("tokenlimit: NewLimiter: store is nil")
 	}
-	l := &Limiter{store: store, now: time.Now, ttl: DefaultReservationTTL}
+	l := &Limiter{store: store, now: time.Now, timer: newTimer, ttl: DefaultReservationTTL}
 	l.single.New = func() any { return new(singleCall) }
 	for _, opt := range opts {
 		opt(l)
 	}
 	if l.now == nil {
 		return nil, errors.New("tokenlimit: NewLimiter: WithClock(nil)")
+	}
+	if l.timer == nil {
+		return nil, errors.New("tokenlimit: NewLimiter: WithTimer(nil)")
 	}
 	if err := validateTTL(l.ttl); err != nil {
 		return nil, fmt.Errorf("tokenlimit: NewLimiter: WithReservationTTL: %w", err)
