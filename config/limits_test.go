@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 )
@@ -34,6 +35,23 @@ func TestParseLimitsErrors(t *testing.T) {
 		_, err := ParseLimits([]byte(c.in), "limits")
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.in, err, c.want)
+		}
+	}
+}
+
+// TestWaitDefaults: wait alone takes DefaultMaxWaiting; max_waiting sets it.
+func TestWaitDefaults(t *testing.T) {
+	ls, err := ParseLimits([]byte(`[{"name": "a", "algorithm": "fixed_window", "limit": "10/s", "wait": "2s"},
+		{"name": "b", "algorithm": "fixed_window", "limit": "10/s", "wait": "500ms", "max_waiting": 7},
+		{"name": "c", "algorithm": "fixed_window", "limit": "10/s"}]`), "limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][2]any{{ls[0].Wait, ls[0].MaxWaiting}, {ls[1].Wait, ls[1].MaxWaiting}, {ls[2].Wait, ls[2].MaxWaiting}}
+	want := [][2]any{{2 * time.Second, DefaultMaxWaiting}, {500 * time.Millisecond, 7}, {time.Duration(0), 0}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("limit %d: wait, max_waiting = %v, want %v", i, got[i], want[i])
 		}
 	}
 }
