@@ -258,3 +258,36 @@ func TestWaitReserve(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitDeniedAgain: a waiter denied again, whose next retry-after would
+// take its total wait past the limit's wait, is answered the denial.
+func TestWaitDeniedAgain(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, `
+limits:
+  - {name: per-second, key: [user], algorithm: fixed_window, limit: 1/s, wait: 1s}
+`, t0.Add(700*time.Millisecond))
+		u := D{"user": "u"}
+		e.check(u, 1)
+		first := e.checkLater(context.Background(), u)
+		e.asleep(1)
+		second := e.checkLater(context.Background(), u)
+		e.asleep(2)
+		e.clock.Advance(300 * time.Millisecond)
+		if a := got(t, first, "the first waiter"); a.err != nil || !a.d.Allowed {
+			t.Fatalf("first waiter: %s, %v; want admitted", describe(a.d), a.err)
+		}
+		// Denied again with retry-after 1 s: 1.3 s in all, past the wait.
+		a := got(t, second, "the second waiter")
+		if o := mustOutcome(t, a.d, "per-second"); a.err != nil || a.d.Allowed || o.RetryAfter != time.Second || a.d.Waited != 300*time.Millisecond {
+			t.Fatalf("second waiter: %s waited %v, %v; want denied after 300ms with retry-after 1s", describe(a.d), a.d.Waited, a.err)
+		}
+		if n := testkit.Metric(t, e.reg, "tokenlimit_waits_total", "outcome", "denied"); n != 1 {
+			t.Errorf("tokenlimit_waits_total{outcome=denied} = %v, want 1", n)
+		}
+		if r := e.remaining(u, "per-second"); r != 0 {
+			t.Errorf("remaining %d, want 0: the first waiter's charge alone", r)
+		}
+	})
+}
