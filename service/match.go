@@ -215,6 +215,9 @@ func (s *Service) validate(i int, r Request) (empty bool, err error) {
 	if r.Cost < 0 || r.Cost > tokenlimit.MaxCost {
 		return false, invalid("requests[%d].cost: must be between 0 and %d, got %d", i, int64(tokenlimit.MaxCost), r.Cost)
 	}
+	if r.Wait < 0 || r.Wait > config.MaxWait {
+		return false, invalid("requests[%d].wait: must be between 0 and %v, got %v", i, config.MaxWait, r.Wait)
+	}
 	if l := r.Limit; l != nil {
 		if l.Quota < 1 || l.Quota > tokenlimit.MaxQuota {
 			return false, invalid("requests[%d].limit.quota: must be between 1 and %d, got %d", i, int64(tokenlimit.MaxQuota), l.Quota)

@@ -97,7 +97,7 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 	took := time.Since(start) // the first decision's, without a wait
 	// A stream's growth does not wait: it stops or finishes as on_exhaust says.
 	if err == nil && !d.Allowed && !o.StopLimits {
-		d, err = s.waitAndDecide(ctx, o.Cancel, checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks) })
+		d, err = s.waitAndDecide(ctx, o.Cancel, requestWait(reqs), checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks) })
 	}
 	if err != nil {
 		return Decision{}, err

@@ -328,6 +328,11 @@ type Request struct {
 	// which limits whose cost is a token class or an expression charge;
 	// nil counts Cost as uncached input tokens. See SettleUsage.
 	Usage *config.Usage
+	// Wait, if above 0 (at most config.MaxWait), is how long the caller
+	// will wait rather than be denied: it replaces the wait of every limit
+	// that denies it, one without wait: included (whose max_waiting is then
+	// config.DefaultMaxWaiting). See waitAndDecide.
+	Wait time.Duration
 	// Limit, when not nil, is a limit the request names itself (an Envoy
 	// RLS descriptor's limit override). Only limits configured with
 	// rls_limit_override apply it; the others ignore it.
@@ -473,7 +478,7 @@ func (s *Service) check(ctx context.Context, reqs []Request) (Decision, error) {
 	d, err := s.decide(ctx, plan)
 	took := time.Since(start) // the first decision's, without a wait
 	if err == nil && !d.Allowed {
-		d, err = s.waitAndDecide(ctx, nil, plan.enforced, d, func() (Decision, error) { return s.decide(ctx, plan) })
+		d, err = s.waitAndDecide(ctx, nil, requestWait(reqs), plan.enforced, d, func() (Decision, error) { return s.decide(ctx, plan) })
 	}
 	if err != nil {
 		return Decision{}, err

@@ -84,11 +84,21 @@ type waitPlan struct {
 	within time.Duration // the shortest wait of the denying limits
 }
 
+// requestWait is the longest Wait of reqs, 0 for none.
+func requestWait(reqs []Request) time.Duration {
+	var w time.Duration
+	for _, r := range reqs {
+		w = max(w, r.Wait)
+	}
+	return w
+}
+
 // canWait reports how d, a decision on checks, may wait when waited has
 // passed already: it is a denial by the store of enforced limits that all
-// have a wait, with retry-afters above 0 that, added to waited, stay
-// within every one's wait.
-func canWait(d Decision, checks []check, waited time.Duration) (waitPlan, bool) {
+// have a wait (reqWait, the request's own, replacing theirs when above 0),
+// with retry-afters above 0 that, added to waited, stay within every
+// one's wait.
+func canWait(d Decision, checks []check, waited, reqWait time.Duration) (waitPlan, bool) {
 	if d.Allowed || d.Unavailable || d.KeySpaceFull {
 		return waitPlan{}, false
 	}
@@ -98,12 +108,22 @@ func canWait(d Decision, checks []check, waited time.Duration) (waitPlan, bool) 
 			continue
 		}
 		l := limitOf(checks, &o)
-		if l == nil || l.Wait == 0 || o.RetryAfter <= 0 || o.CostExceedsLimit {
+		if l == nil {
 			return waitPlan{}, false
 		}
-		p.within = min(p.within, l.Wait)
+		wait, maxWaiting := l.Wait, l.MaxWaiting
+		if reqWait > 0 {
+			wait = reqWait
+			if maxWaiting == 0 {
+				maxWaiting = config.DefaultMaxWaiting
+			}
+		}
+		if wait == 0 || o.RetryAfter <= 0 || o.CostExceedsLimit {
+			return waitPlan{}, false
+		}
+		p.within = min(p.within, wait)
 		if o.RetryAfter > p.delay {
-			p.key, p.max, p.delay = o.Key, l.MaxWaiting, o.RetryAfter
+			p.key, p.max, p.delay = o.Key, maxWaiting, o.RetryAfter
 		}
 	}
 	return p, p.delay > 0 && waited+p.delay <= p.within
@@ -120,13 +140,13 @@ func limitOf(checks []check, o *Outcome) *config.Limit {
 }
 
 // waitAndDecide answers d, a decision on checks, or, if it is a denial that
-// may wait (canWait), waits and answers decide's decision again. The wait
+// may wait (canWait; reqWait is the request's own wait), waits and answers decide's decision again. The wait
 // ends early when ctx ends or cancel is closed (nil for none): it answers
 // ctx's error (context.Canceled for cancel) and nothing is charged. A
 // request whose turn has not come when the shortest wait of the limits
 // that first denied it has passed answers its last denial.
-func (s *Service) waitAndDecide(ctx context.Context, cancel <-chan struct{}, checks []check, d Decision, decide func() (Decision, error)) (Decision, error) {
-	p, ok := canWait(d, checks, 0)
+func (s *Service) waitAndDecide(ctx context.Context, cancel <-chan struct{}, reqWait time.Duration, checks []check, d Decision, decide func() (Decision, error)) (Decision, error) {
+	p, ok := canWait(d, checks, 0, reqWait)
 	if !ok {
 		return d, nil
 	}
@@ -161,7 +181,7 @@ func (s *Service) waitAndDecide(ctx context.Context, cancel <-chan struct{}, che
 			s.metrics.waited("admitted")
 			return d, nil
 		}
-		if p, ok = canWait(d, checks, d.Waited); !ok {
+		if p, ok = canWait(d, checks, d.Waited, reqWait); !ok {
 			s.metrics.waited("denied")
 			return d, nil
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -21,6 +23,10 @@ type checkBody struct {
 	Descriptors map[string]string `json:"descriptors"`
 	Cost        int64             `json:"cost"`
 	Requests    []requestBody     `json:"requests"`
+	// Wait is how long the caller will wait rather than be denied, a Go
+	// duration such as "2s" (service.Request.Wait); empty for the limits'
+	// own.
+	Wait string `json:"wait"`
 }
 
 type requestBody struct {
@@ -31,6 +37,22 @@ type requestBody struct {
 // requests returns the service requests of b, and whether b used the
 // single-set form (which names fields without a "requests[i]." prefix).
 func (b checkBody) requests() ([]service.Request, bool, *httpx.Error) {
+	reqs, single, e := b.requestsAlone()
+	if e != nil || b.Wait == "" {
+		return reqs, single, e
+	}
+	wait, err := time.ParseDuration(b.Wait)
+	if err != nil || wait <= 0 || wait > config.MaxWait {
+		return nil, false, httpx.BadRequest("wait", "want a duration above 0 and at most %v, such as \"500ms\" or \"2s\"; got %q", config.MaxWait, b.Wait)
+	}
+	for i := range reqs {
+		reqs[i].Wait = wait
+	}
+	return reqs, single, nil
+}
+
+// requestsAlone is requests without the wait.
+func (b checkBody) requestsAlone() ([]service.Request, bool, *httpx.Error) {
 	if b.Requests == nil {
 		return []service.Request{{Descriptors: b.Descriptors, Cost: b.Cost}}, true, nil
 	}
@@ -131,6 +153,7 @@ type reserveBody struct {
 	Descriptors map[string]string `json:"descriptors"`
 	Cost        int64             `json:"cost"`
 	Requests    []requestBody     `json:"requests"`
+	Wait        string            `json:"wait"`
 }
 
 // reserve serves POST /v1/reserve.
@@ -140,7 +163,7 @@ func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, e)
 		return
 	}
-	reqs, single, e := checkBody{b.Descriptors, b.Cost, b.Requests}.requests()
+	reqs, single, e := checkBody{b.Descriptors, b.Cost, b.Requests, b.Wait}.requests()
 	if e != nil {
 		httpx.WriteError(w, e)
 		return

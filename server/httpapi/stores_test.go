@@ -30,6 +30,7 @@ var storeCases = []struct {
 	{"ReserveSettle", testReserveSettle},
 	{"ReserveDenied", testReserveDenied},
 	{"WaitThenAdmit", testWaitThenAdmit},
+	{"RequestWaits", testRequestWaits},
 	{"AdminInspectReset", testAdminInspectReset},
 	{"PolicyOfOverridesAndCalendars", testPolicyOfOverridesAndCalendars},
 }
@@ -586,5 +587,38 @@ limits:
 	wantStatus(t, r, http.StatusTooManyRequests)
 	if _, ok := r.json(t)["waited_ms"]; ok {
 		t.Errorf("a denial at once has waited_ms: %s", r.body)
+	}
+}
+
+// testRequestWaits: a check that says "wait" waits under a limit that has
+// no wait of its own, within the request's wait; a bad wait is a 400
+// naming the field.
+func testRequestWaits(t *testing.T, b backend) {
+	e := newEnv(t, b, setup{config: `
+limits:
+  - {name: per-second, key: [user], algorithm: fixed_window, limit: 1/s}
+`})
+	wait := `{"descriptors": {"user": "bo"}, "wait": "1500ms"}`
+	wantStatus(t, e.post("/v1/check", wait), http.StatusOK)
+	wantStatus(t, e.post("/v1/check", `{"descriptors": {"user": "bo"}}`), http.StatusTooManyRequests) // no wait: denied at once
+	answer := make(chan response, 1)
+	go func() { answer <- e.post("/v1/check", wait) }()
+	testkit.Eventually(t, 10*time.Second, "the check waiting", func() bool { return e.clock.Timers() == 2 })
+	e.clock.Advance(time.Second)
+	r := <-answer
+	wantStatus(t, r, http.StatusOK)
+	if v := r.json(t); v["allowed"] != true || v["waited_ms"] != float64(1000) {
+		t.Errorf("after waiting: %s; want allowed, waited_ms 1000", r.body)
+	}
+	short := `{"descriptors": {"user": "bo"}, "wait": "500ms"}` // retry-after 1 s: beyond it
+	if r := e.post("/v1/check", short); r.status != http.StatusTooManyRequests {
+		t.Errorf("a wait shorter than the retry-after: %d %s, want 429 at once", r.status, r.body)
+	}
+	for _, bad := range []string{`"2 seconds"`, `"-1s"`, `"61s"`} {
+		r := e.post("/v1/check", `{"descriptors": {"user": "bo"}, "wait": `+bad+`}`)
+		wantStatus(t, r, http.StatusBadRequest)
+		if f := r.json(t)["error"].(map[string]any)["field"]; f != "wait" {
+			t.Errorf("wait %s: field %v, want wait", bad, f)
+		}
 	}
 }
