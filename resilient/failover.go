@@ -50,6 +50,9 @@ type FailoverOptions struct {
 	Logger *slog.Logger
 	// Observer is told what the layer does, for metrics; zero: nothing.
 	Observer Observer
+	// Policy is what every item does when the layer is used as a
+	// tokenlimit.Store (storeview.go); the zero value fails closed.
+	Policy Policy
 }
 
 // Observer receives the layer's events. Nil fields are skipped. The
@@ -129,17 +132,21 @@ type Failover struct {
 	ttl        time.Duration
 	log        *slog.Logger
 	observer   Observer
+	policy     Policy // FailoverOptions.Policy
 }
 
 // NewFailover returns the fault layer over store.
 func NewFailover(store tokenlimit.Store, opts FailoverOptions) (*Failover, error) {
+	if p := opts.Policy; p.Open && (p.Share <= 0 || p.Share > 1) {
+		return nil, fmt.Errorf("resilient: NewFailover: Policy.Share must be in (0, 1] for an open policy, got %v", p.Share)
+	}
 	opts = withFailoverDefaults(opts)
 	guard, err := New(store, opts.Options)
 	if err != nil {
 		return nil, err
 	}
 	f := &Failover{store: store, info: guard.info, guard: guard, clock: guard.clock, ttl: opts.ReservationTTL,
-		log: opts.Logger, observer: opts.Observer, pending: newReconciler(opts.MaxReservations)}
+		log: opts.Logger, observer: opts.Observer, policy: opts.Policy, pending: newReconciler(opts.MaxReservations)}
 	if f.localStore, err = memstore.New(memstore.Options{MaxKeys: opts.LocalMaxKeys}); err != nil {
 		return nil, fmt.Errorf("resilient: local budgets: %w", err)
 	}
@@ -201,12 +208,12 @@ func (f *Failover) Health(ctx context.Context) Health {
 	return h
 }
 
-// Check decides items, item i under policies[i], at the clock's time, and
+// Decide decides items, item i under policies[i], at the clock's time, and
 // sets results[i] for every item the answer covers (Answer.Items). The
 // error is an invalid request (matching tokenlimit.ErrInvalid) or the
 // caller's context error when it gave up; a store failure is an answer
 // (FromLocal, Unavailable), and so is a full store (Answer.Full).
-func (f *Failover) Check(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+func (f *Failover) Decide(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
 	h, a, held := f.holdLocal(ctx, items, policies, results)
 	if held {
 		return a, nil

@@ -37,7 +37,7 @@ var (
 func decide(t *testing.T, f *resilient.Failover, items []tokenlimit.Item, policies []resilient.Policy) (resilient.Answer, []tokenlimit.Result) {
 	t.Helper()
 	results := make([]tokenlimit.Result, len(items))
-	a, err := f.Check(context.Background(), items, policies, results)
+	a, err := f.Decide(context.Background(), items, policies, results)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +141,11 @@ func TestFailoverReservesLocallyAndReconciles(t *testing.T) {
 	store.Set(testkit.Down)
 	req := tokenlimit.ReserveRequest{ID: "res-1", Items: []tokenlimit.Item{item}, TTL: time.Minute}
 	results := make([]tokenlimit.Result, 1)
-	res, a, err := f.Reserve(context.Background(), req, []resilient.Policy{openHalf}, results)
+	res, a, err := f.DecideReservation(context.Background(), req, []resilient.Policy{openHalf}, results)
 	if err != nil || res == nil || a.Source != resilient.FromLocal || res.Status() != tokenlimit.Reserved {
 		t.Fatalf("reserve while failing: %v, %+v, %v; want reserved locally", res, a, err)
 	}
-	st, err := f.Settle(context.Background(), tokenlimit.SettleRequest{ID: "res-1", Actual: 3})
+	st, err := f.Settle(context.Background(), time.Time{}, tokenlimit.SettleRequest{ID: "res-1", Actual: 3})
 	if err != nil || st != tokenlimit.Settled {
 		t.Fatalf("settle while failing: %v, %v; want settled locally", st, err)
 	}
@@ -160,7 +160,7 @@ func TestFailoverReservesLocallyAndReconciles(t *testing.T) {
 	if _, res := decide(t, f, peek, []resilient.Policy{closed}); res[0].Remaining != 7 {
 		t.Fatalf("store's count: %d left, want 10 - 3 settled = 7", res[0].Remaining)
 	}
-	st, err = f.Settle(context.Background(), tokenlimit.SettleRequest{ID: "res-1", Actual: 3})
+	st, err = f.Settle(context.Background(), time.Time{}, tokenlimit.SettleRequest{ID: "res-1", Actual: 3})
 	if err != nil || st != tokenlimit.AlreadySettled {
 		t.Fatalf("settling again: %v, %v; want AlreadySettled", st, err)
 	}
@@ -171,8 +171,57 @@ func TestFailoverReservesLocallyAndReconciles(t *testing.T) {
 func TestFailoverSettleOfAnUnknownReservationWhileFailing(t *testing.T) {
 	f, store, _ := failoverAt(t)
 	store.Set(testkit.Down)
-	_, err := f.Settle(context.Background(), tokenlimit.SettleRequest{ID: "nowhere", Actual: 1})
+	_, err := f.Settle(context.Background(), time.Time{}, tokenlimit.SettleRequest{ID: "nowhere", Actual: 1})
 	if !errors.Is(err, resilient.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+}
+
+// TestFailoverIsAStoreForALimiter: a Limiter over a Failover gets the fault
+// layer under one policy: fail-open decides locally while the store fails
+// (and reserves there, settled once the store is back), fail-closed
+// answers ErrUnavailable.
+func TestFailoverIsAStoreForALimiter(t *testing.T) {
+	clock := testkit.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))
+	for _, tt := range []struct {
+		name   string
+		policy resilient.Policy
+	}{{"open", resilient.Policy{Open: true, Share: 0.5, Limit: "l"}}, {"closed", resilient.Policy{}}} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &testkit.FaultStore{Store: testkit.MemStore(t), Info: testkit.Remote}
+			f, err := resilient.NewFailover(store, resilient.FailoverOptions{
+				Options: resilient.Options{BreakerThreshold: 1, Clock: clock.Now}, Logger: testkit.Quiet(), Policy: tt.policy,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := tokenlimit.NewLimiter(f, tokenlimit.WithClock(clock.Now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if r, err := lim.AllowN(ctx, "k", perMinute10, 2); err != nil || !r.Allowed {
+				t.Fatalf("healthy store: %+v, %v; want allowed", r, err)
+			}
+			store.Set(testkit.Down)
+			d, err := lim.Check(ctx, tokenlimit.Item{Key: "k", Limit: perMinute10, Cost: 1})
+			if tt.policy.Open {
+				// The local half (5) seeded from the store's 8 left: 4, less 1.
+				if err != nil || !d.Allowed || d.Results[0].Remaining != 3 {
+					t.Fatalf("open, store down: %+v, %v; want allowed locally, 3 left of 5", d, err)
+				}
+				res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: perMinute10, Cost: 2})
+				if err != nil || !res.OK() {
+					t.Fatalf("open, store down: reserve %v, %v; want reserved locally", res.Status(), err)
+				}
+				return
+			}
+			if !errors.Is(err, resilient.ErrUnavailable) {
+				t.Fatalf("closed, store down: %+v, %v; want ErrUnavailable", d, err)
+			}
+		})
+	}
+	if _, err := resilient.NewFailover(testkit.MemStore(t), resilient.FailoverOptions{Policy: resilient.Policy{Open: true}}); err == nil {
+		t.Error("an open policy without a share was accepted")
 	}
 }

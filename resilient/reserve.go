@@ -4,21 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 )
 
-// Reserve reserves req's items, item i under policies[i], on the store or,
+// DecideReservation reserves req's items, item i under policies[i], on the store or,
 // while it fails, on the local budgets under the same id (the fail-open
 // items at their shares; a fail-closed item makes the answer Unavailable),
 // to be told to the store by id once it answers (reconcile.go). It sets
-// results[i] for every item the answer covers, as Check does, and returns
+// results[i] for every item the answer covers, as Decide does, and returns
 // the reservation when one was answered (FromStore, FromLocal and not
 // Full); its status may be Conflict or Closed. Budgets recovering from an
 // outage are charged their estimates on their local budgets first
 // (hold.go); a settle goes to the store alone, so these local charges stay
 // at the estimate, which only makes the recovery stricter.
-func (f *Failover) Reserve(ctx context.Context, req tokenlimit.ReserveRequest, policies []Policy, results []tokenlimit.Result) (*tokenlimit.Reservation, Answer, error) {
+func (f *Failover) DecideReservation(ctx context.Context, req tokenlimit.ReserveRequest, policies []Policy, results []tokenlimit.Result) (*tokenlimit.Reservation, Answer, error) {
 	h, a, held := f.holdLocal(ctx, req.Items, policies, results)
 	if held {
 		return nil, a, nil
@@ -106,8 +107,9 @@ func (f *Failover) failoverReserve(req tokenlimit.ReserveRequest, policies []Pol
 // AlreadySettled or UnknownReservation; while the store fails and the
 // reservation is not local, it fails with ErrUnavailable (retrying is
 // safe: settling applies once), and with ErrTooManyReservations when too
-// many local settlements wait. req must be valid.
-func (f *Failover) Settle(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+// many local settlements wait. req must be valid. It implements
+// tokenlimit.Reserver: now is ignored, the layer settles at its Clock.
+func (f *Failover) Settle(ctx context.Context, _ time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	if r, ok := f.pending.reserveOf(req.ID); ok && !f.reconcileReserve(ctx, r) {
 		// Taken locally and still unknown to the store, which fails: a
 		// settle there now would leave a tombstone the reservation could

@@ -90,7 +90,7 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil
 	}
 	b := newStoreCall(checks, true)
-	a, err := s.fault.Check(ctx, b.items, b.policies, b.results)
+	a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
 	switch {
 	case err != nil:
 		return Decision{}, s.storeError(err)

@@ -22,7 +22,7 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 	d := Decision{Allowed: true, At: s.opts.Clock()}
 	if len(p.enforced) > 0 {
 		b := newStoreCall(p.enforced, false)
-		a, err := s.fault.Check(ctx, b.items, b.policies, b.results)
+		a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
 		if err != nil {
 			return Decision{}, s.storeError(err)
 		}
@@ -43,7 +43,7 @@ func (s *Service) decide(ctx context.Context, p plan) (Decision, error) {
 	// store cannot count (failing, full) is not reported.
 	for _, c := range p.shadow {
 		b := newStoreCall([]check{c}, false)
-		a, err := s.fault.Check(ctx, b.items, b.policies, b.results)
+		a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
 		if err != nil {
 			return Decision{}, s.storeError(err)
 		}

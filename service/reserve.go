@@ -128,7 +128,7 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 	}
 	b := newStoreCall(checks, false)
 	req, measured := s.reserveRequest(id, b)
-	res, a, err := s.fault.Reserve(ctx, req, b.policies, b.results)
+	res, a, err := s.fault.DecideReservation(ctx, req, b.policies, b.results)
 	if err != nil {
 		return Decision{}, s.storeError(err)
 	}
@@ -212,7 +212,7 @@ func validID(id string) error {
 
 // settleRequest applies a valid settlement.
 func (s *Service) settleRequest(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-	st, err := s.fault.Settle(ctx, req)
+	st, err := s.fault.Settle(ctx, s.opts.Clock(), req)
 	if err != nil {
 		return 0, s.storeError(err)
 	}
