@@ -53,6 +53,55 @@ func (s *Service) raiseAlerts(ctx context.Context, checks []check, d *Decision) 
 	}
 }
 
+// watchedBudget is a budget with alert_at that a reservation charged, and
+// what it had used after that charge.
+type watchedBudget struct {
+	check check
+	used  int64
+}
+
+// watchAlerts returns the budgets among checks (outcome i of check i) that
+// have alert_at, with what each had used.
+func watchAlerts(checks []check, outcomes []Outcome) []watchedBudget {
+	var out []watchedBudget
+	for i, c := range checks {
+		if len(c.limit.AlertAt) > 0 {
+			out = append(out, watchedBudget{c, outcomes[i].Limit - outcomes[i].Remaining})
+		}
+	}
+	return out
+}
+
+// alertsAfterSettle raises the thresholds crossed since a reservation
+// charged the budgets watched: a settlement above the estimate moves a
+// budget without answering what it left, so the budgets are peeked at
+// (one store call, made only for a reservation with alert_at limits) and
+// every threshold between what they had used then and what they use now
+// is claimed. One that another request crossed meanwhile and claimed is not
+// sent twice; one crossed by a settlement is sent now.
+func (s *Service) alertsAfterSettle(ctx context.Context, watched []watchedBudget) {
+	if len(watched) == 0 {
+		return
+	}
+	checks := make([]check, len(watched))
+	for i, w := range watched {
+		checks[i] = w.check
+		checks[i].item.Cost = 0
+	}
+	b := newStoreCall(checks, true)
+	a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
+	if err != nil || a.Source != resilient.FromStore || a.Full {
+		return
+	}
+	for i, w := range watched {
+		o := w.check.outcome(b.results[i])
+		used := o.Limit - o.Remaining
+		for _, p := range alert.Crossed(w.check.limit.AlertAt, o.Limit, used, used-w.used) {
+			s.claimAlert(ctx, &checks[i], &o, p, a.At)
+		}
+	}
+}
+
 // claimAlert claims the event of threshold p crossed by outcome o of c at
 // at, and notifies it if this replica won the claim.
 func (s *Service) claimAlert(ctx context.Context, c *check, o *Outcome, p int, at time.Time) {

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/alert"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -148,6 +150,46 @@ func TestAlertsOnReservations(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, "two events", func() bool { return len(hook.received()) >= 2 })
 		if n := len(hook.received()); n != 2 {
 			t.Errorf("%d events, want 2", n)
+		}
+	})
+}
+
+// TestAlertsOnSettlements: a settlement above the reservation's estimate
+// that carries a budget past a threshold sends it (the request after it
+// starts above the threshold and could not); one below sends nothing.
+func TestAlertsOnSettlements(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		hook := &webhook{}
+		srv := httptest.NewServer(hook)
+		defer srv.Close()
+		e := testkit.NewService(t, testkit.Setup{Store: store, Metrics: true, Config: testkit.ParseConfig(t, `
+limits:
+  - {name: tokens, key: [user], algorithm: fixed_window, limit: 100/min, alert_at: ["50%", "80%"]}
+`),
+			Start: time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC),
+			Edit:  func(o *service.Options) { o.Alerts = alert.Options{Webhook: srv.URL, Secret: []byte("k")} }})
+		defer e.Service.Close()
+		ctx := context.Background()
+		req := service.Request{Descriptors: D{"user": "u"}, Cost: 10}
+		settle := func(id string, actual int64) {
+			t.Helper()
+			d, err := e.Service.Reserve(ctx, id, req)
+			if err != nil || !d.Allowed || len(d.Alerts) != 0 {
+				t.Fatalf("reserve %s: %v, %s, alerts %v; want allowed, none crossed by the estimate", id, err, describe(d), d.Alerts)
+			}
+			if st, _, err := e.Service.SettleUsage(ctx, d, actual, nil, config.Usage{}); err != nil || st != tokenlimit.Settled {
+				t.Fatalf("settle %s: %v, %v", id, st, err)
+			}
+		}
+		settle("small", 5) // 10 → 5 used: nothing crossed
+		settle("big", 55)  // 5 + 10 = 15, settled to 5 + 55 = 60: past 50%
+		testkit.Eventually(t, 10*time.Second, "the 50% event", func() bool { return len(hook.received()) >= 1 })
+		events := hook.received()
+		if len(events) != 1 || events[0].Threshold != "50%" || events[0].Used != 60 {
+			t.Fatalf("events %+v, want the 50%% one at 60 used", events)
+		}
+		if n := testkit.Metric(t, e.Registry, "tokenlimit_alerts_total", "limit", "tokens", "threshold", "80%"); n != 0 {
+			t.Errorf("80%% counted %v times, want 0", n)
 		}
 	})
 }

@@ -121,7 +121,7 @@ func (s *Service) reserveRequest(id string, b storeCall) (tokenlimit.ReserveRequ
 
 // reserveChecks reserves checks under id through the fault layer: on the
 // store or, while it fails, on the local fail-open budgets
-// (resilient.Failover.Reserve).
+// (resilient.Failover.DecideReservation).
 func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
@@ -144,7 +144,8 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 	}
 	d.Reserved, d.Replayed, d.measured = res.OK(), res.Status() == tokenlimit.Replayed, measured
 	if d.Reserved && !d.Replayed && d.Allowed && a.Source == resilient.FromStore && !a.Full {
-		s.raiseAlerts(ctx, checks, &d) // the estimate charged crossed them; what settling adds raises none
+		s.raiseAlerts(ctx, checks, &d) // the estimate charged crossed them
+		d.watched = watchAlerts(checks, d.Limits)
 	}
 	return d, nil
 }
