@@ -8,29 +8,9 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/storekit"
 )
-
-// fieldOf returns the Field of err's *FieldError, failing the test if err is
-// not one or does not match ErrInvalid.
-func fieldOf(t *testing.T, err error) string {
-	t.Helper()
-	var fe *tokenlimit.FieldError
-	if !errors.As(err, &fe) {
-		t.Fatalf("error %v (%T), want a *tokenlimit.FieldError", err, err)
-	}
-	if !errors.Is(err, tokenlimit.ErrInvalid) {
-		t.Errorf("errors.Is(%v, ErrInvalid) is false", err)
-	}
-	return fe.Field
-}
-
-// precisionBound is the largest capacity Validate accepts for a bucket that
-// refills one unit every num/den µs: capacity × num must stay within 2^51.
-func precisionBound(l tokenlimit.Limit) int64 {
-	num, _ := l.Interval()
-	return storekit.MaxBucketSpan / num
-}
 
 func TestLimitValidate(t *testing.T) {
 	t.Parallel()
@@ -40,7 +20,7 @@ func TestLimitValidate(t *testing.T) {
 	)
 	tb := tokenlimit.TokenBucket
 	slowest := tokenlimit.TokenBucketLimit(1, 1, tokenlimit.MaxPeriod) // one token per 366 days
-	maxBurst := precisionBound(slowest)
+	maxBurst := testkit.BucketBound(slowest)
 	if maxBurst < 2 || maxBurst >= tokenlimit.MaxQuota {
 		t.Fatalf("precision bound %d for %s: the table below assumes 2 <= bound < MaxQuota", maxBurst, slowest)
 	}
@@ -116,7 +96,7 @@ func TestLimitValidate(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%+v: valid, want an error naming %q", tt.limit, tt.field)
 			}
-			if got := fieldOf(t, err); got != tt.field {
+			if got := testkit.FieldOf(t, err); got != tt.field {
 				t.Errorf("%+v: error names %q (%v), want %q", tt.limit, got, err, tt.field)
 			}
 			if !strings.HasPrefix(err.Error(), tt.field+": ") {
@@ -138,7 +118,7 @@ func TestPrecisionBoundKeepsLuaExact(t *testing.T) {
 		tokenlimit.TokenBucketLimit(1, 7, time.Minute),
 		tokenlimit.TokenBucketLimit(1, 1, time.Millisecond),
 	} {
-		l.Burst = min(precisionBound(l), tokenlimit.MaxQuota)
+		l.Burst = min(testkit.BucketBound(l), tokenlimit.MaxQuota)
 		if err := l.Validate(); err != nil {
 			t.Fatalf("%s: %v", l, err)
 		}
@@ -325,7 +305,7 @@ func TestSettleRequestMeasures(t *testing.T) {
 	} {
 		req := base
 		req.Measures = tc.measures
-		if got := fieldOf(t, req.Validate()); got != tc.field {
+		if got := testkit.FieldOf(t, req.Validate()); got != tc.field {
 			t.Errorf("Validate with measures %v names %q, want %q", tc.measures, got, tc.field)
 		}
 	}

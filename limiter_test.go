@@ -108,7 +108,7 @@ func TestLimiterCheckWrapsInvalidInput(t *testing.T) {
 	_, err := lim.Check(context.Background(),
 		tokenlimit.Item{Key: "a", Limit: tokenlimit.FixedWindowLimit(5, time.Second), Cost: 1},
 		tokenlimit.Item{Key: "b", Limit: tokenlimit.FixedWindowLimit(0, time.Second), Cost: 1})
-	if got := fieldOf(t, err); got != "items[1].quota" {
+	if got := testkit.FieldOf(t, err); got != "items[1].quota" {
 		t.Errorf("error names %q (%v), want items[1].quota", got, err)
 	}
 	// A single-item call names its own arguments, not items[0].
@@ -123,7 +123,7 @@ func TestLimiterCheckWrapsInvalidInput(t *testing.T) {
 		{"a", tokenlimit.FixedWindowLimit(0, time.Second), 1, "quota"},
 	} {
 		_, err := lim.AllowN(context.Background(), tt.key, tt.limit, tt.cost)
-		if got := fieldOf(t, err); got != tt.field || !strings.HasPrefix(err.Error(), "tokenlimit: ") {
+		if got := testkit.FieldOf(t, err); got != tt.field || !strings.HasPrefix(err.Error(), "tokenlimit: ") {
 			t.Errorf("AllowN(%q, %s, %d): %v naming %q, want %q with the package prefix", tt.key, tt.limit, tt.cost, err, got, tt.field)
 		}
 	}
@@ -282,7 +282,7 @@ func TestSettleRejectsBadActual(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, actual := range []int64{-1, tokenlimit.MaxCost + 1} {
-		if _, err := res.Settle(ctx, actual); fieldOf(t, err) != "actual" {
+		if _, err := res.Settle(ctx, actual); testkit.FieldOf(t, err) != "actual" {
 			t.Errorf("Settle(%d): %v, want an error naming actual", actual, err)
 		}
 	}

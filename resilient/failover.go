@@ -289,7 +289,7 @@ func (f *Failover) call(ctx context.Context, op string, run func(ctx context.Con
 	}
 	var fe *FailedError // escapes to errors.As: declared past the success path
 	switch {
-	case errors.Is(err, tokenlimit.ErrInvalid), errors.Is(err, tokenlimit.ErrStoreFull), errors.Is(err, tokenlimit.ErrUnsupported):
+	case answered(err): // refused, full or unsupported: a healthy store's answer
 		return false, err
 	case !errors.As(err, &fe): // the caller gave up, not the store
 		f.outcomeUnknown(op)

@@ -1,35 +1,14 @@
 package storekit_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/storekit"
 )
-
-// fieldOf returns the Field of err's *FieldError, failing the test if err is
-// not one or does not match ErrInvalid.
-func fieldOf(t *testing.T, err error) string {
-	t.Helper()
-	var fe *tokenlimit.FieldError
-	if !errors.As(err, &fe) {
-		t.Fatalf("error %v (%T), want a *tokenlimit.FieldError", err, err)
-	}
-	if !errors.Is(err, tokenlimit.ErrInvalid) {
-		t.Errorf("errors.Is(%v, ErrInvalid) is false", err)
-	}
-	return fe.Field
-}
-
-// precisionBound is the largest capacity Validate accepts for a bucket that
-// refills one unit every num/den µs: capacity × num must stay within 2^51.
-func precisionBound(l tokenlimit.Limit) int64 {
-	num, _ := l.Interval()
-	return storekit.MaxBucketSpan / num
-}
 
 func TestValidateItemsNamesTheItem(t *testing.T) {
 	t.Parallel()
@@ -85,7 +64,7 @@ func TestValidateItemsNamesTheItem(t *testing.T) {
 			if err == nil {
 				t.Fatalf("valid, want an error naming %q", tt.field)
 			}
-			if got := fieldOf(t, err); got != tt.field {
+			if got := testkit.FieldOf(t, err); got != tt.field {
 				t.Errorf("error names %q (%v), want %q", got, err, tt.field)
 			}
 		})
@@ -102,7 +81,7 @@ func TestValidateAdjustmentsNamesTheAdjustment(t *testing.T) {
 		return a
 	}
 	slow := tokenlimit.TokenBucketLimit(10, 1, tokenlimit.MaxPeriod)
-	bound := precisionBound(slow)
+	bound := testkit.BucketBound(slow)
 	many := make([]tokenlimit.Adjustment, tokenlimit.MaxItems+1)
 	for i := range many {
 		many[i] = with(func(a *tokenlimit.Adjustment) { a.Key = strings.Repeat("k", i+1) })
@@ -147,7 +126,7 @@ func TestValidateAdjustmentsNamesTheAdjustment(t *testing.T) {
 			if err == nil {
 				t.Fatalf("valid, want an error naming %q", tt.field)
 			}
-			if got := fieldOf(t, err); got != tt.field {
+			if got := testkit.FieldOf(t, err); got != tt.field {
 				t.Errorf("error names %q (%v), want %q", got, err, tt.field)
 			}
 		})
@@ -171,7 +150,7 @@ func TestSettledMeasures(t *testing.T) {
 	}
 	r := tokenlimit.ReserveRequest{ID: "r", TTL: time.Hour, Items: []tokenlimit.Item{{Key: "k", Limit: tokenlimit.FixedWindowLimit(10, time.Hour), Cost: 1}},
 		Rules: []tokenlimit.SettleRule{tokenlimit.MeasureRule(tokenlimit.MaxMeasures)}}
-	if got := fieldOf(t, storekit.ValidateReserve(r, make([]tokenlimit.Result, 1))); got != "rules[0]" {
+	if got := testkit.FieldOf(t, storekit.ValidateReserve(r, make([]tokenlimit.Result, 1))); got != "rules[0]" {
 		t.Errorf("a rule past the last measure: ValidateReserve names %q, want rules[0]", got)
 	}
 }
