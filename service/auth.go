@@ -37,13 +37,14 @@ var ErrUnknownAPIKey = errors.New("unknown api key")
 func (s *Service) Authenticate(req Request) (Request, *plane.Key, error) {
 	rules := s.rules.Load()
 	apiKey := req.Descriptors[plane.KeyDescriptor]
+	sum := sha256.Sum256([]byte(apiKey))
 	switch {
-	case apiKey != "" && rules.listsKey(apiKey):
+	case apiKey != "" && rules.lists(&sum):
 		return req, nil, nil
-	case !s.isPlaneSecret(rules, apiKey):
+	case s.opts.Plane == nil || !plane.IsSecret(apiKey):
 		return req, nil, ErrUnknownAPIKey
 	}
-	desc, lv, key, err := s.resolvePlaneKey(rules.cfg, req.Descriptors)
+	desc, lv, key, err := s.resolvePlaneKey(rules.cfg, req.Descriptors, &sum)
 	if err != nil {
 		return req, nil, err
 	}
@@ -51,18 +52,12 @@ func (s *Service) Authenticate(req Request) (Request, *plane.Key, error) {
 	return req, key, nil
 }
 
-// isPlaneSecret reports whether apiKey is looked up in the plane: there is
-// one, apiKey has the form of a secret, and the configuration does not
-// list it.
-func (s *Service) isPlaneSecret(rules *ruleset, apiKey string) bool {
-	return s.opts.Plane != nil && plane.IsSecret(apiKey) && !rules.listsKey(apiKey)
-}
-
 // resolvePlaneKey returns the descriptors desc stand for when made with the
-// plane key whose secret is their api_key (see keyDescriptors), the key's
-// levels and the key; or an error matching ErrUnauthorized.
-func (s *Service) resolvePlaneKey(cfg *config.Config, desc map[string]string) (map[string]string, levels, *plane.Key, error) {
-	key, team, err := s.opts.Plane.Authenticate(desc[plane.KeyDescriptor], s.opts.Clock())
+// plane key whose secret is their api_key, of digest sum (see
+// keyDescriptors), the key's levels and the key; or an error matching
+// ErrUnauthorized.
+func (s *Service) resolvePlaneKey(cfg *config.Config, desc map[string]string, sum *[sha256.Size]byte) (map[string]string, levels, *plane.Key, error) {
+	key, team, err := s.opts.Plane.AuthenticateDigest(sum, s.opts.Clock())
 	if err != nil {
 		return nil, levels{}, nil, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
@@ -82,10 +77,13 @@ func keyDigests(cfg *config.Config) map[[sha256.Size]byte]struct{} {
 // found by its digest: the time it takes tells nothing of how much of a
 // listed key apiKey matches.
 func (r *ruleset) listsKey(apiKey string) bool {
-	if len(r.keyDigests) == 0 {
-		return false
-	}
-	_, ok := r.keyDigests[sha256.Sum256([]byte(apiKey))]
+	sum := sha256.Sum256([]byte(apiKey))
+	return r.lists(&sum)
+}
+
+// lists is listsKey for a key's digest sum.
+func (r *ruleset) lists(sum *[sha256.Size]byte) bool {
+	_, ok := r.keyDigests[*sum]
 	return ok
 }
 
