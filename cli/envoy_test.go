@@ -73,11 +73,7 @@ func TestServeEnvoyConfig(t *testing.T) {
 				logs.w.Close()
 			}()
 			httpBase := "http://" + logs.addr(t, "serving HTTP")
-			conn, err := grpc.NewClient(logs.addr(t, "serving gRPC (Envoy rate limit service v3)"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := dialGRPC(t, logs)
 			rls := rlspb.NewRateLimitServiceClient(conn)
 			ask := func(user string) *rlspb.RateLimitResponse {
 				t.Helper()
@@ -325,12 +321,7 @@ func TestServeEnvoyWithRedisHeld(t *testing.T) {
 		logs.w.Close()
 	}()
 	httpBase := "http://" + logs.addr(t, "serving HTTP")
-	conn, err := grpc.NewClient(logs.addr(t, "serving gRPC (Envoy rate limit service v3)"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlspb.NewRateLimitServiceClient(conn)
+	rls := rlspb.NewRateLimitServiceClient(dialGRPC(t, logs))
 	user := &commonpb.RateLimitDescriptor{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}
 	login := &commonpb.RateLimitDescriptor{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "path", Value: "/login"}}}
 	ask := func(domain string) (*rlspb.RateLimitResponse, time.Duration, error) {
@@ -536,12 +527,7 @@ func TestServeEnvoyMetricsLogsAndRequestIDs(t *testing.T) {
 		logs.w.Close()
 	}()
 	httpBase := "http://" + logs.addr(t, "serving HTTP")
-	conn, err := grpc.NewClient(logs.addr(t, "serving gRPC (Envoy rate limit service v3)"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlspb.NewRateLimitServiceClient(conn)
+	rls := rlspb.NewRateLimitServiceClient(dialGRPC(t, logs))
 	ask := func(domain, user, id string) (*rlspb.RateLimitResponse, string, error) {
 		ctx := context.Background()
 		if id != "" {
@@ -639,4 +625,16 @@ func TestServeEnvoyMetricsLogsAndRequestIDs(t *testing.T) {
 			t.Errorf("no line logged with request_id %s", id)
 		}
 	}
+}
+
+// dialGRPC connects to the gRPC port of the server logging to logs,
+// closed when t ends.
+func dialGRPC(t *testing.T, logs *syncBuffer) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(logs.addr(t, "serving gRPC (Envoy rate limit service v3)"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
