@@ -57,8 +57,10 @@ type Options struct {
 type Notifier struct {
 	opts  Options
 	queue chan Event
-	stop  chan struct{}
-	done  sync.WaitGroup
+	// ctx ends at Close: it stops the deliveries and their requests.
+	ctx  context.Context
+	stop context.CancelFunc
+	done sync.WaitGroup
 }
 
 // NewNotifier returns a running Notifier.
@@ -78,7 +80,8 @@ func NewNotifier(opts Options) *Notifier {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	n := &Notifier{opts: opts, queue: make(chan Event, opts.Queue), stop: make(chan struct{})}
+	n := &Notifier{opts: opts, queue: make(chan Event, opts.Queue)}
+	n.ctx, n.stop = context.WithCancel(context.Background())
 	if opts.Webhook != "" {
 		n.done.Add(1)
 		go n.deliver()
@@ -106,11 +109,7 @@ func (n *Notifier) Notify(e Event) {
 // Close stops delivering; events still queued or being retried are
 // dropped (their ids are logged).
 func (n *Notifier) Close() {
-	select {
-	case <-n.stop:
-	default:
-		close(n.stop)
-	}
+	n.stop()
 	n.done.Wait()
 }
 
@@ -119,7 +118,7 @@ func (n *Notifier) deliver() {
 	defer n.done.Done()
 	for {
 		select {
-		case <-n.stop:
+		case <-n.ctx.Done():
 			return
 		case e := <-n.queue:
 			n.send(e)
@@ -147,7 +146,7 @@ func (n *Notifier) send(e Event) {
 		}
 		n.opts.Logger.Warn("alert webhook failed: retrying", "event_id", e.ID, "attempt", attempt, "retry_in", wait, "error", err)
 		select {
-		case <-n.stop:
+		case <-n.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
@@ -157,16 +156,7 @@ func (n *Notifier) send(e Event) {
 
 // post sends one attempt of body.
 func (n *Notifier) post(body []byte, id string) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-n.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.opts.Webhook, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(n.ctx, http.MethodPost, n.opts.Webhook, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
