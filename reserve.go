@@ -148,6 +148,12 @@ type SettleRequest struct {
 	// Cancel refunds every item's whole charge, whatever its rule: the
 	// request never happened.
 	Cancel bool
+	// Undo is Cancel that also deletes the record instead of keeping it
+	// settled, so that a reserve of the id afterwards is decided afresh,
+	// as if this one had never been made: for taking back the part of a
+	// reservation that one store made when another store refused the
+	// rest. A settle that finds no record leaves a tombstone either way.
+	Undo bool
 	// TTL is how long a settle that finds no reservation keeps a tombstone
 	// under ID, so that a reserve of that id arriving later charges nothing
 	// (Closed); 1ms..MaxPeriod, normally the reservations' TTL.

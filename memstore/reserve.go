@@ -160,6 +160,10 @@ func (s *Store) settleLocked(req tokenlimit.SettleRequest, items []tokenlimit.It
 	if err := s.adjustLocked(adj, adjKeys, t); err != nil {
 		return 0, false, err
 	}
+	if req.Undo {
+		s.dropRecord(idHash, req.ID)
+		return tokenlimit.Settled, false, nil
+	}
 	rec.state = recordSettled
 	return tokenlimit.Settled, false, nil
 }
@@ -202,6 +206,13 @@ func (s *Store) record(id string, now int64) *record {
 		return nil
 	}
 	return rec
+}
+
+// dropRecord deletes id's record (an undone reservation). The caller holds
+// the id's shard lock.
+func (s *Store) dropRecord(idHash uint64, id string) {
+	delete(s.shardOf(idHash).records, id)
+	s.keys.Add(-1)
 }
 
 // Holds reports whether id has a reservation recorded at now that is not

@@ -264,7 +264,8 @@ func (s *Store) settleCall(ctx context.Context, jobs []*settleJob, bufs *callBuf
 }
 
 // packSettles is the keys and arguments of settle.lua for jobs, built in
-// bufs; forget deletes each record once refunded.
+// bufs; forget deletes each record once refunded, and so does a job's
+// SettleRequest.Undo.
 func (s *Store) packSettles(jobs []*settleJob, bufs *callBuffers, forget bool) (keys, args []string) {
 	nv := 0
 	for _, j := range jobs {
@@ -277,7 +278,7 @@ func (s *Store) packSettles(jobs []*settleJob, bufs *callBuffers, forget bool) (
 			spend = *j.req.Spend
 		}
 		packed = appendInt(appendInt(appendInt(packed, s.packedAt(j.now, false)), j.req.Actual), spend)
-		packed = appendInt(appendInt(appendInt(packed, flagInt(j.req.Cancel)), flagInt(forget)), j.req.TTL.Microseconds())
+		packed = appendInt(appendInt(appendInt(packed, flagInt(j.req.Cancel || j.req.Undo)), flagInt(forget || j.req.Undo)), j.req.TTL.Microseconds())
 		packed = appendInt(packed, int64(len(j.req.Measures)))
 		for _, m := range j.req.Measures {
 			packed = appendInt(packed, m)

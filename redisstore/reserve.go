@@ -194,6 +194,11 @@ func (s *Store) settleCluster(ctx context.Context, now time.Time, req tokenlimit
 		}
 		status = min(status, st) // Settled before AlreadySettled before UnknownReservation
 	}
+	if req.Undo { // the records are gone: so goes the pointer, and the id is free again
+		if _, err := s.run(ctx, resetSc, []string{s.pointerKey(req.ID)}, nil); err != nil {
+			return 0, fmt.Errorf("redisstore: settle: deleting the pointer of an undone reservation: %w", err)
+		}
+	}
 	return status, nil
 }
 

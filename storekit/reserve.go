@@ -47,13 +47,13 @@ func Digest(req tokenlimit.ReserveRequest) string {
 }
 
 // Settled returns what an item charged cost under rule costs once req
-// settles it: nothing when req cancels or the rule releases, the charge
+// settles it: nothing when req cancels (or undoes) or the rule releases, the charge
 // under SettleKeep (and SettleSpend without a spend), req's spend under
 // SettleSpend, req's Measures[k] under MeasureRule(k) (the charge when req
 // has fewer measures), req's actual cost otherwise.
 func Settled(req tokenlimit.SettleRequest, rule tokenlimit.SettleRule, cost int64) int64 {
 	switch {
-	case req.Cancel || rule == tokenlimit.SettleRelease:
+	case req.Cancel || req.Undo || rule == tokenlimit.SettleRelease:
 		return 0
 	case rule == tokenlimit.SettleKeep, rule == tokenlimit.SettleSpend && req.Spend == nil:
 		return cost

@@ -126,6 +126,24 @@ func reservationRecordCases() []Case {
 			{At: s, Settle: "r", Actual: 5, WantSettle: tokenlimit.AlreadySettled},
 		},
 	}, {
+		Name:  "records/undo refunds every item and deletes the record: the id reserves afresh",
+		Limit: fw10,
+		Steps: []Step{
+			{At: 0, Reserve: "r", Rules: []tokenlimit.SettleRule{tokenlimit.SettleKeep, tokenlimit.SettleActual},
+				Probes: []Probe{{Key: "req", Cost: 1, Want: Ok(9, time.Hour)}, {Key: "tok", Cost: 5, Want: Ok(5, time.Hour)}}},
+			{At: s, Settle: "r", Undo: true, Other: true},
+			atKey(s, "req", 0, Ok(10, 0)),
+			atKey(s, "tok", 0, Ok(10, 0)),
+			// Not a replay of the undone reservation: charged again.
+			{At: 2 * s, Reserve: "r", Rules: []tokenlimit.SettleRule{tokenlimit.SettleKeep, tokenlimit.SettleActual},
+				Probes: []Probe{{Key: "req", Cost: 1, Want: Ok(9, time.Hour-2*s)}, {Key: "tok", Cost: 5, Want: Ok(5, time.Hour-2*s)}}},
+			settle(3*s, "r", 2),
+			atKey(3*s, "tok", 0, Ok(8, time.Hour-3*s)),
+			// Undoing an id with no record leaves a tombstone, as a settle does.
+			{At: 3 * s, Settle: "gone", Undo: true, WantSettle: tokenlimit.UnknownReservation},
+			{At: 4 * s, Reserve: "gone", Probes: []Probe{{Cost: 4}}, WantReserve: tokenlimit.Closed},
+		},
+	}, {
 		Name:  "records/a reservation of several keys and algorithms settles on another replica",
 		Limit: tb10at2,
 		Steps: []Step{

@@ -83,6 +83,8 @@ type Step struct {
 	Spend    *int64
 	Measures []int64
 	Cancel   bool
+	// Undo undoes the reservation (SettleRequest.Undo).
+	Undo bool
 	// Reset, if true, resets the case's limit's budget of key "k" (Store.Reset).
 	Reset bool
 	// Other runs the step on a second replica (another client of the same
@@ -252,13 +254,16 @@ func (r *runner) settle(where string, s Step) {
 	lim := r.on(s)
 	var st tokenlimit.SettleStatus
 	var err error
-	if s.Cancel {
+	switch {
+	case s.Undo:
+		st, err = lim.Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Undo: true})
+	case s.Cancel:
 		st, err = lim.Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Cancel: true})
-	} else {
+	default:
 		st, err = lim.Settle(context.Background(), tokenlimit.SettleRequest{ID: s.Settle, Actual: s.Actual, Spend: s.Spend, Measures: s.Measures})
 	}
 	if err != nil || st != want {
-		t.Fatalf("%s: settle %q at %d (cancel %v): %v, %v; want %v", where, s.Settle, s.Actual, s.Cancel, st, err, want)
+		t.Fatalf("%s: settle %q at %d (cancel %v, undo %v): %v, %v; want %v", where, s.Settle, s.Actual, s.Cancel, s.Undo, st, err, want)
 	}
 }
 
