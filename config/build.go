@@ -26,6 +26,7 @@ type rawFile struct {
 	APIKeys     map[string]rawAPIKey `yaml:"api_keys"`
 	Prices      map[string]rawPrice  `yaml:"prices"`
 	Alerts      rawAlerts            `yaml:"alerts"`
+	Stores      map[string]rawStore  `yaml:"stores"`
 }
 
 type rawLimit struct {
@@ -52,6 +53,7 @@ type rawLimit struct {
 	AlertAt       []string          `yaml:"alert_at"`
 	Wait          string            `yaml:"wait"`
 	MaxWaiting    *int64            `yaml:"max_waiting"`
+	Store         string            `yaml:"store"`
 }
 
 type rawPlan struct {
@@ -310,10 +312,12 @@ func (b *builder) build(raw *rawFile) *Config {
 			cfg.Location = loc
 		}
 	}
+	cfg.Stores = b.stores(raw.Stores)
 	names := map[string]int{}
 	for i := range raw.Limits {
 		path := []any{"limits", i}
 		l, ok := b.limit(path, &raw.Limits[i])
+		b.storeOf(path, raw.Limits[i].Store, cfg.Stores, &l)
 		if !ok {
 			continue
 		}

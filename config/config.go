@@ -47,6 +47,9 @@ type Config struct {
 	Prices map[Pattern]Price
 	// Alerts says where the warnings of limits with AlertAt go.
 	Alerts Alerts
+	// Stores are the named remote stores (stores:), by name, which limits
+	// select with Limit.Store; empty when the file names none.
+	Stores map[string]Store
 	// Source is the file the configuration came from, for messages.
 	Source string
 }
@@ -124,6 +127,9 @@ type Limit struct {
 	// in each replica, 1..MaxWaitingBound (DefaultMaxWaiting when wait is
 	// set without it); those beyond are refused at once. 0 without Wait.
 	MaxWaiting int
+	// Store names the entry of Config.Stores where the limit's budgets
+	// live; "" for the main store (MainStore).
+	Store string
 	// Line is where the limit is defined (0 for generated ones).
 	Line int
 }
