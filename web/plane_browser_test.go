@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -28,23 +29,25 @@ limits:
 `
 
 // planeServer is tokenlimit serve's handler: the HTTP API with a quota
-// plane in memory and the dashboard under it, on real time, with the admin
-// token "s3cret".
+// plane in memory and the dashboard under it, with the admin token
+// "s3cret".
 type planeServer struct {
 	*httptest.Server
 	svc *service.Service
 }
 
-func newPlaneServer(t *testing.T) *planeServer {
+// newPlaneServer starts a planeServer whose plane and service read clock
+// (time.Now for real time).
+func newPlaneServer(t *testing.T, clock func() time.Time) *planeServer {
 	t.Helper()
 	var svc *service.Service
 	pl, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
-		KnownPlan: func(n string) bool { return svc.KnownPlan(n) }, Logger: testkit.Quiet(),
+		KnownPlan: func(n string) bool { return svc.KnownPlan(n) }, Logger: testkit.Quiet(), Clock: clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc = testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: testkit.ParseConfig(t, planeConfig), Clock: time.Now,
+	svc = testkit.NewService(t, testkit.Setup{Store: testkit.Memory, Config: testkit.ParseConfig(t, planeConfig), Clock: clock,
 		Edit: func(o *service.Options) { o.Plane = pl }}).Service
 	dash, err := web.New(svc, web.Options{AdminToken: "s3cret", Logger: testkit.Quiet()})
 	if err != nil {
@@ -63,7 +66,14 @@ func newPlaneServer(t *testing.T) *planeServer {
 // and the answer's fields.
 func (s *planeServer) post(t *testing.T, path, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.URL+path, strings.NewReader(body))
+	return s.admin(t, http.MethodPost, path, body)
+}
+
+// admin sends method path with body ("" for none) and the admin token, and
+// returns the status and the answer's fields.
+func (s *planeServer) admin(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +142,7 @@ func TestBrowserPlane(t *testing.T) {
 	// (the old secret is refused, the new one keeps the budget) and
 	// revoke it (calls are refused).
 	t.Run("keys", func(t *testing.T) {
-		srv := newPlaneServer(t)
+		srv := newPlaneServer(t, time.Now)
 		if code, b := srv.post(t, "/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated {
 			t.Fatalf("POST teams: %d %v", code, b)
 		}
@@ -239,11 +249,139 @@ func TestBrowserPlane(t *testing.T) {
 		}
 	})
 
+	// Two concurrent edits of one key: the page rotates, then revokes, a
+	// key that was edited through the API after the page showed it. The
+	// server refuses each with 412; the page says that nothing was done
+	// and shows the key as it is now; the API's edit stands, and the key's
+	// secret is neither replaced nor revoked. Tried again on the key as
+	// shown, the rotation goes through.
+	t.Run("conflict", func(t *testing.T) {
+		srv := newPlaneServer(t, time.Now)
+		code, k := srv.post(t, "/v1/admin/keys", `{"name": "ci runner", "labels": {"owner": "dora"}}`)
+		id, _ := k["id"].(string)
+		secret, _ := k["secret"].(string)
+		if code != http.StatusCreated || id == "" || secret == "" {
+			t.Fatalf("POST keys: %d %v", code, k)
+		}
+		tb := openTab(t, browserCtx, srv.Server, "keys", shots)
+		tb.expect("the server responded with a status of 412 (Precondition Failed) " + srv.URL + "/v1/admin/keys/" + id)
+		tb.unlock("keys")
+		row := `document.querySelector('#keys-table tr[data-name="ci runner"]')`
+		tb.wait(row + `?.textContent.includes('owner=dora')`)
+		for _, c := range []struct{ action, question, owner string }{
+			{"Rotate", "Give key ci runner a new secret?", "erin"},
+			{"Revoke", "Revoke key ci runner?", "frank"},
+		} {
+			tb.click(`#keys-table tr[data-name="ci runner"] button[aria-label="` + c.action + ` key ci runner"]`)
+			tb.wait(`document.querySelector('#confirm').open`)
+			// While the page asks, someone edits the key through the API.
+			code, edited := srv.admin(t, http.MethodPut, "/v1/admin/keys/"+id, `{"name": "ci runner", "labels": {"owner": "`+c.owner+`"}}`)
+			if code != http.StatusOK {
+				t.Fatalf("PUT the key: %d %v", code, edited)
+			}
+			// The status line still holds the last action's answer: clear
+			// it, so that the wait below sees this one's.
+			tb.do(chromedp.Evaluate[chromedp.Void](`{ const s = document.querySelector('#keys-status'); s.textContent = ''; s.classList.remove('error'); }`))
+			tb.confirm(c.question)
+			tb.wait(`document.querySelector('#keys-status').classList.contains('error')`)
+			if msg := eval[string](tb, `document.querySelector('#keys-status').textContent`); !strings.Contains(msg, "Nothing was done") || !strings.Contains(msg, "changed elsewhere") {
+				t.Errorf("%s of a key edited meanwhile: the page says %q, want that nothing was done as the key changed", c.action, msg)
+			}
+			if !eval[bool](tb, `document.querySelector('#keys-secret').hidden`) {
+				t.Errorf("%s of a key edited meanwhile shows a secret", c.action)
+			}
+			// The page shows the key as the API left it.
+			if labels := eval[string](tb, row+`.cells[2].textContent`); labels != "owner="+c.owner {
+				t.Errorf("after the refused %s the page shows labels %q, want owner=%s", c.action, labels, c.owner)
+			}
+			// Nothing was overwritten: the API's edit stands, at its version,
+			// and the key's one secret still works.
+			code, now := srv.admin(t, http.MethodGet, "/v1/admin/keys/"+id, "")
+			if code != http.StatusOK || now["version"] != edited["version"] || now["labels"].(map[string]any)["owner"] != c.owner || now["previous_valid_until"] != nil {
+				t.Errorf("after the refused %s the key is %d %v, want it as the API's edit left it: %v", c.action, code, now, edited)
+			}
+			if code := srv.check(t, secret); code != http.StatusOK {
+				t.Errorf("after the refused %s a call with the key's secret: %d, want 200", c.action, code)
+			}
+		}
+
+		tb.click(`#keys-table tr[data-name="ci runner"] button[aria-label="Rotate key ci runner"]`)
+		tb.confirm("new secret")
+		tb.wait(`!document.querySelector('#keys-secret').hidden`)
+		rotated := eval[string](tb, `document.querySelector('#keys-secret-value').value`)
+		tb.click("#keys-secret-done")
+		if msg := eval[string](tb, `document.querySelector('#keys-status').textContent`); msg != "" {
+			t.Errorf("after Done the status says %q", msg)
+		}
+		if code := srv.check(t, rotated); code != http.StatusOK {
+			t.Errorf("a call with the secret of the rotation tried again: %d, want 200", code)
+		}
+		if code := srv.check(t, secret); code != http.StatusUnauthorized {
+			t.Errorf("a call with the secret rotated away without grace: %d, want 401", code)
+		}
+	})
+
+	// Rotating with a grace period from the page: the old secret keeps
+	// working until the grace ends, to the second, and the new one works;
+	// both draw from the key's one budget. Time is a fake clock that the
+	// plane and the service share.
+	t.Run("grace", func(t *testing.T) {
+		clk := testkit.NewClock(time.Now().Truncate(time.Second))
+		srv := newPlaneServer(t, clk.Now)
+		code, k := srv.post(t, "/v1/admin/keys", `{"name": "ci runner"}`)
+		id, _ := k["id"].(string)
+		secret, _ := k["secret"].(string)
+		if code != http.StatusCreated || id == "" || secret == "" {
+			t.Fatalf("POST keys: %d %v", code, k)
+		}
+		tb := openTab(t, browserCtx, srv.Server, "keys", shots)
+		tb.unlock("keys")
+		row := `document.querySelector('#keys-table tr[data-name="ci runner"]')`
+		tb.wait(row)
+		tb.click(`#keys-table tr[data-name="ci runner"] button[aria-label="Rotate key ci runner"]`)
+		tb.wait(`document.querySelector('#confirm').open`)
+		tb.do(chromedp.SetValue(chromedp.ID("confirm-grace"), "1h"))
+		tb.confirm("new secret")
+		tb.wait(`!document.querySelector('#keys-secret').hidden`)
+		rotatedAt := clk.Now()
+		rotated := eval[string](tb, `document.querySelector('#keys-secret-value').value`)
+		if !strings.HasPrefix(rotated, "tl-") || rotated == secret {
+			t.Fatalf("after rotation the page shows %q", rotated)
+		}
+		tb.click("#keys-secret-done")
+
+		// The page and the API say until when the old secret is valid.
+		tb.wait(row + `.textContent.includes('old secret valid until')`)
+		code, got := srv.admin(t, http.MethodGet, "/v1/admin/keys/"+id, "")
+		until, err := time.Parse(time.RFC3339Nano, fmt.Sprint(got["previous_valid_until"]))
+		if code != http.StatusOK || err != nil || !until.Equal(rotatedAt.Add(time.Hour)) {
+			t.Errorf("the rotated key: %d %v, want previous_valid_until %s", code, got, rotatedAt.Add(time.Hour).Format(time.RFC3339))
+		}
+
+		for _, s := range []string{secret, rotated} {
+			if code := srv.check(t, s); code != http.StatusOK {
+				t.Errorf("within the grace period a call with %s secret: %d, want 200", map[bool]string{true: "the old", false: "the new"}[s == secret], code)
+			}
+		}
+		tb.wait(budget("#keys-table", "ci runner", "calls") + `?.dataset.used === '2'`)
+		clk.Advance(time.Hour - time.Second)
+		if code := srv.check(t, secret); code != http.StatusOK {
+			t.Errorf("a second before the grace ends, a call with the old secret: %d, want 200", code)
+		}
+		clk.Advance(time.Second)
+		if code := srv.check(t, secret); code != http.StatusUnauthorized {
+			t.Errorf("once the grace has ended, a call with the old secret: %d, want 401", code)
+		}
+		if code := srv.check(t, rotated); code != http.StatusOK {
+			t.Errorf("once the grace has ended, a call with the new secret: %d, want 200", code)
+		}
+	})
+
 	// Create a team, see the budgets its keys share move (calls and spend),
 	// fail to delete it while a key names it, find it by label, delete
 	// another.
 	t.Run("teams", func(t *testing.T) {
-		srv := newPlaneServer(t)
+		srv := newPlaneServer(t, time.Now)
 		if code, b := srv.post(t, "/v1/admin/teams", `{"name": "ops", "labels": {"cost-center": "7"}}`); code != http.StatusCreated {
 			t.Fatalf("POST teams: %d %v", code, b)
 		}

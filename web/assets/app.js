@@ -447,6 +447,7 @@
   // what rows need beside the records (fetched with them).
   function planePage(o) {
     const id = (x) => `#${o.name}-${x}`;
+    const noun = o.name === 'keys' ? 'key' : 'team';
     const rows = new Map(); // record id -> { tr, version }
     let timer = 0, running = null, again = false;
     const call = (method, path, body, headers = {}) =>
@@ -493,7 +494,6 @@
       const body = table.tBodies[0];
       if (trs.length !== body.rows.length || trs.some((tr, i) => body.rows[i] !== tr)) body.replaceChildren(...trs);
       table.hidden = !trs.length;
-      const noun = o.name === 'keys' ? 'key' : 'team';
       let summary = `${hits.length} of ${all.length} ${noun}${all.length === 1 ? '' : 's'}`;
       if (hits.length > shown.length) summary += `; the first ${MAX_ROWS} shown: narrow the search`;
       $(id('summary')).textContent = `${summary} · updated at ${new Date().toLocaleTimeString()}`;
@@ -520,9 +520,20 @@
       poll();
       return '';
     });
-    // act runs a change, then shows the records as they are after it.
+    // act runs a change, then shows the records as they are after it. A
+    // change the server refuses with 412 (the record was edited elsewhere
+    // since the page showed it) changed nothing: the page says so and
+    // shows the record as it is now, for the user to check and try again.
     const act = (fn) => guard(id('status'), async () => {
-      const msg = await fn();
+      let msg;
+      try {
+        msg = await fn();
+      } catch (e) {
+        if (e.status !== 412) throw e;
+        await refresh();
+        throw new Error(`Nothing was done: this ${noun} was changed elsewhere since the page showed it. ` +
+          'The table shows it as it is now: check it and try again.');
+      }
       if (msg === null) return '';
       await refresh();
       if (!timer) poll();
