@@ -135,7 +135,7 @@ func (s *Service) ownCheck(l *config.Limit, desc map[string]string) (check, bool
 	if _, err := s.validate(0, Request{Descriptors: desc}); err != nil {
 		return check{}, false, err
 	}
-	key, ok := applies(l, nil, desc, s.rules.Load().cfg.HashTag)
+	key, ok := applies(l, nil, desc, tags{hashTag: s.rules.Load().cfg.HashTag})
 	if !ok {
 		return check{}, false, nil
 	}

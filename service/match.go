@@ -11,6 +11,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/validutf8"
+	"github.com/tokenlimit/tokenlimit/plane"
 )
 
 // ruleset is one configuration, compiled. It is immutable once built.
@@ -126,7 +127,11 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if cost == 0 {
 			cost = 1
 		}
-		sel := selector{s: s, rules: rules, desc: desc, request: i, cost: cost, spend: r.Spend, usage: r.Usage, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
+		t := tags{hashTag: rules.cfg.HashTag}
+		if lv.plane {
+			t = planeTags(rules.cfg.HashTag, desc)
+		}
+		sel := selector{s: s, rules: rules, desc: desc, tags: t, request: i, cost: cost, spend: r.Spend, usage: r.Usage, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
 		plan := desc["plan"]
 		for li := range rules.cfg.Limits {
 			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, LevelPlan) {
@@ -153,6 +158,7 @@ type selector struct {
 	s              *Service
 	rules          *ruleset
 	desc           map[string]string
+	tags           tags
 	request        int
 	cost, spend    int64
 	usage          *config.Usage
@@ -167,7 +173,7 @@ type selector struct {
 // trackers apply to the plan's limits only (not to a plane limit's
 // budget).
 func (sel *selector) add(l *config.Limit, want []match, level Level, levelName string) {
-	key, ok := applies(l, want, sel.desc, sel.rules.cfg.HashTag)
+	key, ok := applies(l, want, sel.desc, sel.tags)
 	if !ok || (l.Concurrency && !sel.inFlight) {
 		return
 	}
@@ -297,14 +303,62 @@ func setIfEmpty(d map[string]string, k, v string) {
 	}
 }
 
+// tags says which hash tag a budget's key takes (see applies).
+type tags struct {
+	// hashTag is the configuration's hash_tag: the descriptor whose value
+	// tags the limits keyed by it ("" for none).
+	hashTag string
+	// plane and planeValue, for a call made with a plane key while
+	// hash_tag is set, are the call's own tag: the key's team ("team" and
+	// the team's name, escaped), or the key itself ("api_key" and its
+	// digest) when it has no team. Every limit keyed by team or api_key
+	// takes it, so that the key's, its team's and the plan's limits per key
+	// or per team share one slot; "" otherwise (see planeTags).
+	plane, planeValue string
+}
+
+// planeTags returns the tags of a call made with a plane key, whose
+// descriptors desc are keyDescriptors': the configuration's, and the team's
+// (else the key's) as the call's own when hash_tag is set. A team's budget
+// is one key for all the team's keys, so the tag of every call that can
+// reach it must be the team's; a key's budget is reached only through that
+// key, which has one team.
+func planeTags(hashTag string, desc map[string]string) tags {
+	t := tags{hashTag: hashTag}
+	if hashTag == "" {
+		return t
+	}
+	if team, ok := desc[plane.TeamDescriptor]; ok {
+		t.plane, t.planeValue = plane.TeamDescriptor, keyValue(plane.TeamDescriptor, team)
+	} else {
+		t.plane, t.planeValue = plane.KeyDescriptor, keyValue(plane.KeyDescriptor, desc[plane.KeyDescriptor])
+	}
+	return t
+}
+
+// tag returns the hash tag l's key takes, as a descriptor's name and its
+// value (escaped), given the escaped values of l's Key in order; "" when
+// it takes none.
+func (t tags) tag(l *config.Limit, values []string) (name, value string) {
+	if t.plane != "" && (slices.Contains(l.Key, plane.TeamDescriptor) || slices.Contains(l.Key, plane.KeyDescriptor)) {
+		return t.plane, t.planeValue
+	}
+	if t.hashTag != "" {
+		if i := slices.Index(l.Key, t.hashTag); i >= 0 {
+			return t.hashTag, values[i]
+		}
+	}
+	return "", ""
+}
+
 // applies reports whether l, whose Match is want, selects a request with
 // descriptors d, and the budget's key: "<name>|<dim>=<value>|...", values
 // escaped so that no value can forge another key or a Redis Cluster hash
 // tag, and api keys replaced by their digest (DigestAPIKey) so that no
-// secret is stored in a key or shown in an answer. When the limit is keyed
-// by the hashTag descriptor, the key starts with "{<dim>=<value>}": the
-// budgets of one request that share it land in one Redis Cluster slot.
-func applies(l *config.Limit, want []match, d map[string]string, hashTag string) (string, bool) {
+// secret is stored in a key or shown in an answer. When t gives l a hash
+// tag (see tags), the key starts with "{<dim>=<value>}": the budgets of one
+// request that share it land in one Redis Cluster slot.
+func applies(l *config.Limit, want []match, d map[string]string, t tags) (string, bool) {
 	for _, m := range want {
 		v, ok := d[m.name]
 		if !ok || !m.pattern.Matches(v) {
@@ -325,19 +379,17 @@ func applies(l *config.Limit, want []match, d map[string]string, hashTag string)
 		values = append(values, v)
 		size += 2 + len(dim) + len(v)
 	}
-	tag := -1
-	if hashTag != "" {
-		if tag = slices.Index(l.Key, hashTag); tag >= 0 {
-			size += 3 + len(hashTag) + len(values[tag])
-		}
+	tagName, tagValue := t.tag(l, values)
+	if tagName != "" {
+		size += 3 + len(tagName) + len(tagValue)
 	}
 	var sb strings.Builder
 	sb.Grow(size)
-	if tag >= 0 {
+	if tagName != "" {
 		sb.WriteByte('{')
-		sb.WriteString(hashTag)
+		sb.WriteString(tagName)
 		sb.WriteByte('=')
-		sb.WriteString(values[tag])
+		sb.WriteString(tagValue)
 		sb.WriteString("}|")
 	}
 	sb.WriteString(l.Name)

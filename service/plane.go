@@ -39,9 +39,12 @@ func (l Level) String() string {
 
 // levels are the plane's limits of one call, its key's and its team's,
 // and the names of those levels: the team's id, the key's display name.
+// plane marks a call made with a plane key or for a plane team (whose
+// budgets take the plane's hash tag: planeTags), limits or none.
 type levels struct {
 	team, key         []config.Limit
 	teamName, keyName string
+	plane             bool
 }
 
 // replace reports whether a limit named name at level at gives way to one
@@ -83,7 +86,7 @@ func (s *Service) planeLevels(rules *ruleset, desc map[string]string) (map[strin
 }
 
 func levelsOf(key *plane.Key, team *plane.Team) levels {
-	lv := levels{key: key.Limits, keyName: key.Name}
+	lv := levels{key: key.Limits, keyName: key.Name, plane: true}
 	if team != nil {
 		lv.team, lv.teamName = team.Limits, team.ID
 	}
@@ -178,7 +181,7 @@ func (s *Service) TeamUsage(ctx context.Context, id string) ([]Usage, error) {
 	if plan := cmp.Or(team.Plan, s.rules.Load().cfg.DefaultPlan); plan != "" {
 		desc["plan"] = plan
 	}
-	return s.usage(ctx, desc, levels{team: team.Limits, teamName: team.ID})
+	return s.usage(ctx, desc, levels{team: team.Limits, teamName: team.ID, plane: true})
 }
 
 // usage inspects the budgets a call with descriptors desc and plane levels
