@@ -403,7 +403,7 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	}
 	b.localCache(path, r, &l)
 	b.maxKeys(path, r, &l)
-	b.calendar(path, r.Calendar, &l)
+	b.calendar(path, r, &l)
 	b.rlsOverride(path, r, &l)
 	b.onExhaust(path, r, &l)
 	b.alertAt(path, r, &l)
@@ -435,7 +435,7 @@ func (b *builder) rlsOverride(path []any, r *rawLimit, l *Limit) {
 	case !r.RLSOverride:
 	case r.Algorithm == "concurrency":
 		b.fail(at(path, "rls_limit_override"), "a concurrency limit counts requests in flight, not requests per unit")
-	case r.Calendar != "":
+	case r.Calendar != "" || l.Calendar != NoCalendar:
 		b.fail(at(path, "rls_limit_override"), "a calendar limit's period is the calendar's day or month, not a unit the request names")
 	case l.Cost.Spend:
 		b.fail(at(path, "rls_limit_override"), "a usd budget is in dollars, not requests per unit")
@@ -564,16 +564,46 @@ func (b *builder) concurrency(path []any, r *rawLimit, l *Limit) {
 	}
 }
 
-func (b *builder) calendar(path []any, name string, l *Limit) {
-	c, err := ParseCalendar(name)
-	switch {
-	case err != nil:
-		b.fail(at(path, "calendar"), "want day or month, got %q", name)
-	case c != NoCalendar && l.Limit.Algorithm != tokenlimit.FixedWindow:
+// calendar applies calendar, and the calendar a fixed window's limit
+// names as its period: N/month is the calendar month (a month has no
+// fixed length), which calendar: month also takes as N/day (the older
+// spelling); calendar: day takes N/day. Any other period under a calendar
+// is a mismatch, refused naming limit.
+func (b *builder) calendar(path []any, r *rawLimit, l *Limit) {
+	c, err := ParseCalendar(r.Calendar)
+	if err != nil {
+		b.fail(at(path, "calendar"), "want day or month, got %q", r.Calendar)
+		return
+	}
+	for _, f := range []struct{ name, rate string }{{"refill", r.Refill}, {"rate", r.Rate}} {
+		if isMonthly(f.rate) {
+			b.fail(at(path, f.name), "%s", notAMonth)
+		}
+	}
+	month := isMonthly(r.Limit)
+	switch fixed := l.Limit.Algorithm == tokenlimit.FixedWindow; {
+	case month && !fixed && !l.Concurrency:
+		b.fail(at(path, "limit"), "%s", notAMonth)
+	case c != NoCalendar && !fixed:
 		b.fail(at(path, "calendar"), "only a fixed_window can follow the calendar, not %s", l.Limit.Algorithm)
+	case month && c == Day:
+		b.fail(at(path, "limit"), "calendar: day counts per calendar day, not per month: want N/day, or calendar: month; got %q", r.Limit)
+	case month:
+		c = Month
+	case c != NoCalendar && l.Limit.Period != 0 && l.Limit.Period != 24*time.Hour:
+		b.fail(at(path, "limit"), "calendar: %s counts per calendar %s: want N/%s, got %q", c, c, c, r.Limit)
+	case c == Month && l.Limit.Period != 0:
+		l.Limit.Period = monthPeriod // one month's budget, however it was spelt
 	}
 	l.Calendar = c
 }
+
+// monthPeriod is the period a calendar month's quota is validated with: its
+// longest month. The service gives each month its own length.
+const monthPeriod = 31 * 24 * time.Hour
+
+// notAMonth is the error of a month where a fixed length is needed.
+const notAMonth = "a month has no fixed length: only a fixed_window's limit can be N/month (the calendar month); use 30d for 30 days"
 
 type rawParams struct {
 	limit    string
@@ -654,12 +684,32 @@ func (b *builder) rate(path []any, s string) (int64, time.Duration) {
 	if s == "" {
 		return 0, 0
 	}
+	if isMonthly(s) {
+		// The calendar month's quota, validated over its longest month
+		// (calendar says which limits may take it).
+		num, _, _ := strings.Cut(s, "/")
+		s = num + "/" + monthPeriod.String()
+	}
+	if periodOf(s) == "week" {
+		b.fail(path, "there is no calendar week: use 7d for windows of 7 days (from the Unix epoch's Thursday, 00:00 UTC), got %q", s)
+		return 0, 0
+	}
 	n, per, err := ParseRate(s)
 	if err != nil {
 		b.fail(path, "%v", err)
 	}
 	return n, per
 }
+
+// periodOf returns the period of the rate s, N/period, trimmed; "" when s
+// has no '/'.
+func periodOf(s string) string {
+	_, per, _ := strings.Cut(s, "/")
+	return strings.TrimSpace(per)
+}
+
+// isMonthly reports whether the rate s is N/month: N per calendar month.
+func isMonthly(s string) bool { return periodOf(s) == "month" }
 
 // costForms lists, for errors, the forms a cost takes.
 const costForms = `a positive whole number, "request", input_tokens, uncached_input_tokens, output_tokens, total_tokens, {expr: "..."} or {by, weights, default}`
@@ -745,7 +795,7 @@ func (b *builder) plans(plans map[string]rawPlan, names map[string]int) []Limit 
 			calendar Calendar
 			quota    int64
 			period   time.Duration
-		}{{"daily", Day, p.Daily, 24 * time.Hour}, {"monthly", Month, p.Monthly, 31 * 24 * time.Hour}} {
+		}{{"daily", Day, p.Daily, 24 * time.Hour}, {"monthly", Month, p.Monthly, monthPeriod}} {
 			if q.quota == 0 {
 				continue
 			}

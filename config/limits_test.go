@@ -55,3 +55,59 @@ func TestWaitDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestCalendarPeriods: a fixed window's period follows its calendar: N/month
+// is the calendar month (calendar: month may be left out), N/day the day;
+// N/day under calendar: month is the older spelling of N per month.
+func TestCalendarPeriods(t *testing.T) {
+	day := 24 * time.Hour
+	for _, c := range []struct {
+		fields   string
+		calendar Calendar
+		quota    int64
+		period   time.Duration
+	}{
+		{`"unit": "usd", "limit": "50.00/month"`, Month, 50_000_000, monthPeriod},
+		{`"limit": "1000/month", "calendar": "month"`, Month, 1000, monthPeriod},
+		{`"limit": "1000 / month"`, Month, 1000, monthPeriod},
+		{`"unit": "usd", "limit": "50.00/day", "calendar": "month"`, Month, 50_000_000, monthPeriod},
+		{`"limit": "1000/day", "calendar": "day"`, Day, 1000, day},
+		{`"limit": "1000/d", "calendar": "day"`, Day, 1000, day},
+		{`"limit": "1000/24h", "calendar": "day"`, Day, 1000, day},
+		{`"limit": "1000/day"`, NoCalendar, 1000, day},
+		{`"limit": "1000/30d"`, NoCalendar, 1000, 30 * day},
+	} {
+		in := `[{"name": "a", "algorithm": "fixed_window", ` + c.fields + `}]`
+		ls, err := ParseLimits([]byte(in), "limits")
+		if err != nil {
+			t.Errorf("%s: %v", in, err)
+			continue
+		}
+		if l := ls[0]; l.Calendar != c.calendar || l.Limit.Quota != c.quota || l.Limit.Period != c.period {
+			t.Errorf("%s: calendar %v, quota %d per %v; want %v, %d per %v", in, l.Calendar, l.Limit.Quota, l.Limit.Period, c.calendar, c.quota, c.period)
+		}
+	}
+}
+
+// TestCalendarPeriodMismatches: a period that is not its calendar's, or a
+// month where a fixed length is needed, is refused naming the field.
+func TestCalendarPeriodMismatches(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`"algorithm": "fixed_window", "limit": "100/month", "calendar": "day"`, `limits[0].limit: calendar: day counts per calendar day, not per month`},
+		{`"algorithm": "fixed_window", "limit": "100/h", "calendar": "month"`, `limits[0].limit: calendar: month counts per calendar month: want N/month, got "100/h"`},
+		{`"algorithm": "fixed_window", "limit": "100/7d", "calendar": "day"`, `limits[0].limit: calendar: day counts per calendar day: want N/day, got "100/7d"`},
+		{`"algorithm": "sliding_counter", "limit": "100/month"`, `limits[0].limit: a month has no fixed length`},
+		{`"algorithm": "token_bucket", "capacity": 100, "refill": "100/month"`, `limits[0].refill: a month has no fixed length`},
+		{`"algorithm": "gcra", "rate": "100/month", "max_burst": 5`, `limits[0].rate: a month has no fixed length`},
+		{`"algorithm": "fixed_window", "limit": "100/week"`, `limits[0].limit: there is no calendar week: use 7d`},
+		{`"algorithm": "fixed_window", "limit": "100/month", "rls_limit_override": true`, `limits[0].rls_limit_override: a calendar limit's period`},
+	} {
+		in := `[{"name": "a", ` + c.in + `}]`
+		_, err := ParseLimits([]byte(in), "limits")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", in, err, c.want)
+		} else if strings.Count(err.Error(), "\n") != 0 {
+			t.Errorf("%s: %d errors, want one:\n%v", in, strings.Count(err.Error(), "\n")+1, err)
+		}
+	}
+}

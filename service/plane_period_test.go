@@ -15,7 +15,8 @@ import (
 // plane in the middle of its period keeps what was already spent (a daily
 // $5 raised to $10 after $4 spent leaves $6), and the period's end refills
 // it on the calendar of the configured time zone whatever was edited: the
-// day at local midnight, the month on the 1st.
+// day at local midnight, the month on the 1st (a month's budget written
+// N/month or, the older spelling, N/day with calendar: month).
 func TestPlaneBudgetEditedMidPeriod(t *testing.T) {
 	t.Parallel()
 	const yml = `
@@ -29,10 +30,16 @@ limits:
 	}
 	at := func(m time.Month, d, hh int) time.Time { return time.Date(2026, m, d, hh, 0, 0, 0, berlin) }
 	const dollar = 1_000_000
+	// The month's budget is created in the older spelling (N/day under
+	// calendar: month) and edited as N/month: one budget either way.
 	limits := func(daily, monthly string) plane.Spec {
+		month := `"` + monthly + `/month"`
+		if monthly == "50.00" {
+			month = `"` + monthly + `/day", "calendar": "month"`
+		}
 		return plane.Spec{Name: "acme", Limits: limitsJSON(`[
 			{"name": "usd-daily", "unit": "usd", "algorithm": "fixed_window", "limit": "` + daily + `/day", "calendar": "day"},
-			{"name": "usd-monthly", "unit": "usd", "algorithm": "fixed_window", "limit": "` + monthly + `/day", "calendar": "month"}]`)}
+			{"name": "usd-monthly", "unit": "usd", "algorithm": "fixed_window", "limit": ` + month + `}]`)}
 	}
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		var svc *service.Service
