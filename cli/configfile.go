@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +26,10 @@ var configOptions = config.Options{Compile: costexpr.Compile}
 type configFile struct {
 	path string // "" for the built-in quickstart
 	last [sha256.Size]byte
+	// stores are the named stores of the first configuration read, whose
+	// connections are opened at start: a reload may not change them.
+	stores  map[string]config.Store
+	started bool
 }
 
 // load reads the file once, remembers its digest and parses what it read.
@@ -40,6 +45,11 @@ func (c *configFile) load() (*config.Config, error) {
 	cfg, err := config.ParseWith(data, c.path, configOptions)
 	if err != nil {
 		return nil, envoyHint(c.path, countErrors(c.path, err))
+	}
+	if !c.started {
+		c.stores, c.started = cfg.Stores, true
+	} else if !maps.Equal(cfg.Stores, c.stores) {
+		return nil, fmt.Errorf("%s: stores: changed since the start, and a store's connection is opened at start: restart to apply it", c.path)
 	}
 	return cfg, nil
 }
@@ -62,7 +72,7 @@ func (c *configFile) watch(ctx context.Context, every time.Duration, svc *servic
 		if cfg, err := c.load(); err != nil {
 			svc.ReloadFailed(c.path, err)
 		} else {
-			svc.Reload(cfg)
+			_ = svc.Reload(cfg) // a refusal is logged and counted there
 		}
 	})
 }

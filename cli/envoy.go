@@ -117,7 +117,7 @@ func envoyMetrics(guarded *resilient.Store) (*prometheus.Registry, *prometheus.C
 	}, []string{"result"})
 	reloads.WithLabelValues("ok")
 	reloads.WithLabelValues("error")
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guarded.BreakerGauge(), reloads)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), guarded.BreakerGauge(nil), reloads)
 	return reg, reloads
 }
 

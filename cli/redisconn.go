@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/redisstore"
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 	"github.com/tokenlimit/tokenlimit/storekit"
@@ -72,6 +74,27 @@ func dialRedis(url string, log *slog.Logger) (*redisConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--redis %q: %w", url, err)
 	}
+	return startRedis(opt, log), nil
+}
+
+// dialNamedRedis is dialRedis for the store name of stores: (an error
+// names it, and never shows the URL's password).
+func dialNamedRedis(name string, st config.Store, log *slog.Logger) (*redisConn, error) {
+	opt, err := rueidis.ParseURL(st.URL)
+	if err != nil {
+		msg := err.Error()
+		if u, perr := neturl.Parse(st.URL); perr == nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+		return nil, fmt.Errorf("stores.%s: %s: %s", name, st.Redacted(), msg)
+	}
+	return startRedis(opt, log), nil
+}
+
+// startRedis starts connecting with opt, as dialRedis says.
+func startRedis(opt rueidis.ClientOption, log *slog.Logger) *redisConn {
 	opt.DisableCache = true
 	c := &redisConn{
 		addrs: strings.Join(opt.InitAddress, ","), log: log,
@@ -85,7 +108,7 @@ func dialRedis(url string, log *slog.Logger) (*redisConn, error) {
 	if _, err := c.current(); err != nil {
 		log.Warn("Redis does not answer yet; limits follow their failure modes until it does", "error", err)
 	}
-	return c, nil
+	return c
 }
 
 // dial tries to connect until it succeeds or close is called.

@@ -11,7 +11,9 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -313,6 +315,16 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	named, closeNamed, err := openNamedStores(cfg.Stores, log)
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, nil, err
+	}
+	for name, ns := range named {
+		ns.Store = tr.store(ns.Store)
+		named[name] = ns
+	}
+	closeStore = func(closeMain func()) func() { return func() { closeNamed(); closeMain() } }(closeStore)
 	var svc *service.Service
 	pl, closePlane, err := openPlane(f, store, func(name string) bool { return svc.KnownPlan(name) }, log)
 	if err != nil {
@@ -322,7 +334,7 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err = service.New(cfg, service.Options{
-		Store: tr.store(store), StoreTimeout: f.storeTimeout,
+		Store: tr.store(store), StoreTimeout: f.storeTimeout, Stores: named,
 		Registerer: reg, Logger: log, Plane: pl, Tracer: tr.serviceTracer(),
 		Alerts: alert.Options{Webhook: cfg.Alerts.Webhook, Secret: []byte(os.Getenv(cfg.Alerts.SecretEnv))},
 	})
@@ -381,6 +393,29 @@ func keepBudgets(st *memstore.Store, dir string, log *slog.Logger) (func(), erro
 	done := make(chan struct{})
 	go func() { defer close(done); snapshot.Run(ctx, st, o) }()
 	return func() { cancel(); <-done }, nil
+}
+
+// openNamedStores connects to each store of stores: in the background, as
+// --redis does; the returned function closes them all.
+func openNamedStores(stores map[string]config.Store, log *slog.Logger) (map[string]service.NamedStore, func(), error) {
+	out := map[string]service.NamedStore{}
+	var conns []*redisConn
+	closeAll := func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(stores)) {
+		st := stores[name]
+		conn, err := dialNamedRedis(name, st, log.With("store", name))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, conn)
+		out[name] = service.NamedStore{Store: conn, Timeout: st.Timeout}
+	}
+	return out, closeAll, nil
 }
 
 // openStore returns the embedded store, or (--redis, else

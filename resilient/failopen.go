@@ -67,6 +67,9 @@ type Policy struct {
 	// lease alone: what they admit locally is not written back and they do
 	// not recover.
 	Lease bool
+	// Store names the store the item's budget lives in, for Stores: ""
+	// for the main one.
+	Store string
 }
 
 // ShareOf scales a limit to a share f of its budget, keeping at least 1.
@@ -372,6 +375,27 @@ func (f *FailOpen) Admitted(item tokenlimit.Item, p Policy, r tokenlimit.Result,
 	m.limit = p.Limit
 	if until := at.Add(r.ResetAfter); until.After(m.until) {
 		m.until = until
+	}
+}
+
+// Refunded takes back what Admitted recorded for item (its cost, from
+// what waits to be written back): the call that admitted it was refused
+// by another store.
+func (f *FailOpen) Refunded(item tokenlimit.Item, p Policy) {
+	if p.Lease || item.Cost == 0 || !f.AnyPending() {
+		return
+	}
+	k := f.keyOf(item)
+	sh := f.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m := f.find(sh, k)
+	if m == nil || m.pending == 0 {
+		return
+	}
+	m.pending = max(0, m.pending-item.Cost)
+	if m.pending == 0 {
+		f.pending.Add(-1)
 	}
 }
 

@@ -272,6 +272,7 @@ const (
 	opCheck   = "check"
 	opReserve = "reserve"
 	opSettle  = "settle"
+	opRefund  = "refund"
 )
 
 // call runs op against the store through the guard (a caller that has
@@ -365,6 +366,45 @@ func (f *Failover) charge(ctx context.Context, w Writeback) error {
 	}
 	f.memory.WrittenBack(w.Adjustments, f.clock())
 	return nil
+}
+
+// refund takes back what an admitting Decide of items answered a charged:
+// on the store (through the guard, past the caller's cancellation: it may
+// be what ended the call), or on the local budgets, and then from what
+// waits to be written back. A refund the store does not take leaves the
+// charge standing until the budget refills it (logged).
+func (f *Failover) refund(ctx context.Context, items []tokenlimit.Item, policies []Policy, a Answer) {
+	var adjs []tokenlimit.Adjustment
+	for i, it := range items {
+		if it.Cost > 0 {
+			if a.Source == FromLocal {
+				it.Limit = ShareOf(it.Limit, policies[i].Share)
+			}
+			adjs = append(adjs, tokenlimit.Adjustment{Key: it.Key, Limit: it.Limit, Delta: -it.Cost, ChargedAt: a.At})
+		}
+	}
+	if len(adjs) == 0 {
+		return
+	}
+	var err error
+	switch a.Source {
+	case FromStore:
+		var failed bool
+		failed, err = f.call(context.WithoutCancel(ctx), opRefund, func(ctx context.Context) error {
+			return f.store.Adjust(ctx, f.clock(), adjs)
+		})
+		if failed {
+			err = ErrUnavailable
+		}
+	case FromLocal:
+		err = f.localStore.Adjust(context.Background(), f.clock(), adjs)
+		for i, it := range items {
+			f.memory.Refunded(it, policies[i])
+		}
+	}
+	if err != nil {
+		f.log.Error("refunding a check another store refused failed: its charge stands until the budget refills it", "error", err)
+	}
 }
 
 // failover decides items while the store fails: a fail-closed item makes

@@ -294,12 +294,13 @@ func (s *Store) Unwrap() tokenlimit.Store { return s.store }
 func (s *Store) Breaker() *breaker.Breaker { return s.breaker }
 
 // BreakerGauge returns the breaker's state as the gauge
-// tokenlimit_breaker_state, read when scraped so that it never lags behind
-// the breaker.
-func (s *Store) BreakerGauge() prometheus.Collector {
+// tokenlimit_breaker_state with labels (nil for none), read when scraped
+// so that it never lags behind the breaker.
+func (s *Store) BreakerGauge(labels prometheus.Labels) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tokenlimit_breaker_state",
-		Help: "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		Name:        "tokenlimit_breaker_state",
+		Help:        "The store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+		ConstLabels: labels,
 	}, func() float64 { return float64(s.breaker.State()) })
 }
 

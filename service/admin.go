@@ -1,8 +1,10 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
@@ -107,28 +109,37 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 }
 
 // attachEntries lists the entries of the sliding logs among checks, when
-// the store can.
+// their stores can.
 func (s *Service) attachEntries(ctx context.Context, d Decision, checks []check) error {
-	reader, ok := s.opts.Store.(tokenlimit.LogReader)
-	if !ok {
-		return nil
-	}
-	if s.store.Remote {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.StoreTimeout)
-		defer cancel()
-	}
 	for i, c := range checks {
 		if c.item.Limit.Algorithm != tokenlimit.SlidingLog {
 			continue
 		}
+		st, timeout := s.storeOf(c.limit)
+		reader, ok := st.(tokenlimit.LogReader)
+		if !ok {
+			continue
+		}
+		ctx, cancel := ctx, context.CancelFunc(func() {})
+		if tokenlimit.Describe(st).Remote {
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		}
 		entries, err := reader.LogEntries(ctx, c.item.Key, c.item.Limit, d.At)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("service: inspect %s: %w", c.item.Key, err)
 		}
 		d.Limits[i].Entries = entries
 	}
 	return nil
+}
+
+// storeOf returns the store where l's budgets live and its timeout.
+func (s *Service) storeOf(l *config.Limit) (tokenlimit.Store, time.Duration) {
+	if ns, ok := s.opts.Stores[l.Store]; ok && l.Store != "" {
+		return ns.Store, cmp.Or(ns.Timeout, s.opts.StoreTimeout)
+	}
+	return s.opts.Store, s.opts.StoreTimeout
 }
 
 // Reset makes whole the budgets req selects, all of them or only the limit
@@ -143,7 +154,8 @@ func (s *Service) Reset(ctx context.Context, req Request, limit string) ([]strin
 		if limit != "" && c.limit.Name != limit {
 			continue
 		}
-		if err := s.opts.Store.Reset(ctx, c.item.Key, c.item.Limit.Algorithm); err != nil {
+		st, _ := s.storeOf(c.limit)
+		if err := st.Reset(ctx, c.item.Key, c.item.Limit.Algorithm); err != nil {
 			return keys, fmt.Errorf("service: reset %s: %w", c.item.Key, err)
 		}
 		s.overLimit.forget([]check{c})

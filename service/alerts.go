@@ -107,7 +107,7 @@ func (s *Service) alertsAfterSettle(ctx context.Context, watched []watchedBudget
 func (s *Service) claimAlert(ctx context.Context, c *check, o *Outcome, p int, at time.Time) {
 	claim := []tokenlimit.Item{{Key: c.item.Key + "|alert=" + strconv.Itoa(p), Cost: 1, Limit: claimLimit(c.item.Limit)}}
 	results := make([]tokenlimit.Result, 1)
-	a, err := s.fault.Decide(ctx, claim, make([]resilient.Policy, 1), results)
+	a, err := s.fault.Decide(ctx, claim, []resilient.Policy{{Store: c.limit.Store}}, results)
 	if err != nil || a.Source != resilient.FromStore || a.Full || !results[0].Allowed {
 		return // another replica's, or the store could not say: none sent
 	}

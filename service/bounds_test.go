@@ -67,7 +67,7 @@ func TestFullStoreIsNotAFailingStore(t *testing.T) {
 	if got := testkit.Metric(t, e.reg, "tokenlimit_decisions_total", "limit", "open-per-user", "result", "key_space_full"); got != 2 {
 		t.Errorf("decisions{open-per-user, key_space_full} = %v, want 2", got)
 	}
-	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total", "store", "default"); got != 0 {
 		t.Errorf("store errors = %v, want 0: a full store is not a failing one", got)
 	}
 	if got := testkit.Metric(t, e.reg, "tokenlimit_store_keys", "store", "store"); got != 2 {

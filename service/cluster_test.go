@@ -63,7 +63,7 @@ limits:
 	d := e.check(D{"user": "alice", "model": "gpt-4o"}, 1)
 	if !d.Allowed || d.Unavailable {
 		t.Errorf("a request selecting 2 limits on Redis Cluster: %s; want allowed by Redis (store errors: %v)",
-			describe(d), testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"))
+			describe(d), testkit.Metric(t, e.reg, "tokenlimit_store_errors_total", "store", "default"))
 	}
 	if calls, want := scriptCalls(t, cluster), map[bool]int{false: 2, true: 1}[tagged]; calls != want {
 		t.Errorf("FCALL and EVALSHA calls across the cluster: %d, want %d", calls, want)

@@ -150,7 +150,9 @@ func newStoreCall(checks []check, peek bool) storeCall {
 	}
 	for i, c := range checks {
 		b.items[i] = c.item
-		if !peek {
+		if peek {
+			b.policies[i] = resilient.Policy{Store: c.limit.Store}
+		} else {
 			b.policies[i] = policyOf(c.limit)
 		}
 	}
@@ -159,5 +161,5 @@ func newStoreCall(checks []check, peek bool) storeCall {
 
 // policyOf is what l's items do while the store fails.
 func policyOf(l *config.Limit) resilient.Policy {
-	return resilient.Policy{Open: l.FailOpen, Share: l.FailOpenShare, Limit: l.Name, Shadow: l.Shadow, Lease: l.Concurrency}
+	return resilient.Policy{Open: l.FailOpen, Share: l.FailOpenShare, Limit: l.Name, Shadow: l.Shadow, Lease: l.Concurrency, Store: l.Store}
 }

@@ -255,8 +255,8 @@ func testRedisOutage(t *testing.T, client string) {
 		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_allowed"}, failOpenAllowed, false},
 		{"tokenlimit_decisions_total", []string{"limit", "closed-limit", "result", "fail_closed"}, unavailable + 1, false},
 		{"tokenlimit_decisions_total", []string{"limit", "open-limit", "result", "fail_open_denied"}, outageUsers*3 + 1, true},
-		{"tokenlimit_store_errors_total", nil, 3, true},
-		{"tokenlimit_breaker_state", nil, 2, false},
+		{"tokenlimit_store_errors_total", []string{"store", "default"}, 3, true},
+		{"tokenlimit_breaker_state", []string{"store", "default"}, 2, false},
 	} {
 		got := testkit.Metric(t, reg, m.name, m.labels...)
 		if got != m.want && !(m.atLeast && got > m.want) {
@@ -265,11 +265,11 @@ func testRedisOutage(t *testing.T, client string) {
 	}
 	// The breaker spares the dead store: with the clock frozen it stays open
 	// and no call reaches the store (no new store errors).
-	errorsBefore := testkit.Metric(t, reg, "tokenlimit_store_errors_total")
+	errorsBefore := testkit.Metric(t, reg, "tokenlimit_store_errors_total", "store", "default")
 	for range 20 {
 		svc.Check(ctx, service.Request{Descriptors: D{"user": "u1", "route": "/open"}})
 	}
-	if got := testkit.Metric(t, reg, "tokenlimit_store_errors_total"); got != errorsBefore {
+	if got := testkit.Metric(t, reg, "tokenlimit_store_errors_total", "store", "default"); got != errorsBefore {
 		t.Errorf("store errors went from %v to %v while the breaker was open", errorsBefore, got)
 	}
 
@@ -299,7 +299,7 @@ func testRedisOutage(t *testing.T, client string) {
 	if h := svc.Health(); h.Degraded || h.Breaker != "closed" {
 		t.Errorf("Health() after recovery = %+v", h)
 	}
-	if got := testkit.Metric(t, reg, "tokenlimit_breaker_state"); got != 0 {
+	if got := testkit.Metric(t, reg, "tokenlimit_breaker_state", "store", "default"); got != 0 {
 		t.Errorf("breaker state after recovery = %v, want 0", got)
 	}
 	// For the recovery period (FailOpenRecovery, 10 s by default) the
@@ -424,7 +424,7 @@ func TestCallersThatGiveUpDoNotOpenTheBreaker(t *testing.T) {
 	if !d.Allowed || d.Unavailable {
 		t.Errorf("a healthy caller after 3 cancelled ones: %s, want allowed by Redis", describe(d))
 	}
-	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total", "store", "default"); got != 0 {
 		t.Errorf("store errors = %v, want 0", got)
 	}
 }

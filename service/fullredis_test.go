@@ -36,7 +36,7 @@ func TestFullRedisIsAFullStore(t *testing.T) {
 			}
 		}
 	}
-	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+	if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total", "store", "default"); got != 0 {
 		t.Errorf("store errors = %v, want 0: a full Redis is not a failing one", got)
 	}
 	if got := testkit.Metric(t, e.reg, "tokenlimit_key_space_full_total", "store", "store"); got != 3 {

@@ -21,13 +21,13 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	nearLimit    *prometheus.CounterVec
 	latency      prometheus.Histogram
-	storeErrors  prometheus.Counter
+	storeErrors  *prometheus.CounterVec
 	keyOverflow  *prometheus.CounterVec
 	keySpaceFull *prometheus.CounterVec
 	writeback    *prometheus.CounterVec
 	// outcomeUnknown counts plain checks whose store call failed after it
 	// may have been sent: each may or may not have charged.
-	outcomeUnknown prometheus.Counter
+	outcomeUnknown *prometheus.CounterVec
 	reloads        *prometheus.CounterVec
 	// costErrors counts cost expressions that failed or returned a
 	// negative cost, each charged 0.
@@ -93,10 +93,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to decide a check, store round trip included.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
 		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_store_errors_total",
-			Help: "Failed calls to the store (timeouts, connection errors).",
-		}),
+			Help: "Failed calls to a store (timeouts, connection errors), by store: \"default\" for the main one, else its name under stores.",
+		}, []string{"store"}),
 		keyOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_key_overflow_total",
 			Help: "Requests counted against a limit's overflow budget because the limit already had max_keys live keys (per replica).",
@@ -105,10 +105,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_key_space_full_total",
 			Help: "Requests denied because they needed a new key and the store (store=\"store\") or the local fail-open budget (store=\"local\") was full.",
 		}, []string{"store"}),
-		outcomeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_store_outcome_unknown_total",
-			Help: "Checks whose store call timed out or failed once sent: each may or may not have been charged in the store (at most its cost).",
-		}),
+			Help: "Checks whose store call timed out or failed once sent: each may or may not have been charged in the store (at most its cost), by store.",
+		}, []string{"store"}),
 		writeback: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_fail_open_writeback_total",
 			Help: "Cost admitted on a local fail-open budget, in the limit's units, by what became of it once the store answered: ok (charged to the store), failed (the charge failed: applied or not, unknown; kept and tried again), expired (the budget had refilled it meanwhile), evicted (forgotten to stay within the memory bound).",
@@ -197,17 +197,30 @@ func watchKeys(reg prometheus.Registerer, stores map[string]keyCounter) error {
 	return nil
 }
 
-// watchPending exports the fail-open reservations (and settlements of
-// them) waiting for the store as
-// tokenlimit_reconcile_pending, read when scraped.
-func watchPending(reg prometheus.Registerer, f *resilient.Failover) error {
+// watchStores exports each store's circuit breaker as
+// tokenlimit_breaker_state and its fail-open reservations (and settlements
+// of them) waiting for it as tokenlimit_reconcile_pending, labelled by
+// store and read when scraped.
+func watchStores(reg prometheus.Registerer, stores *resilient.Stores) error {
 	if reg == nil {
 		return nil
 	}
-	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tokenlimit_reconcile_pending",
-		Help: "Local fail-open reservations whose reservation or settlement waits for the store to answer again.",
-	}, func() float64 { return float64(f.PendingReservations()) }))
+	for _, l := range stores.Layers() {
+		labels := prometheus.Labels{"store": l.Name}
+		for _, c := range []prometheus.Collector{
+			l.Layer.Guard().BreakerGauge(labels),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "tokenlimit_reconcile_pending",
+				Help:        "Local fail-open reservations whose reservation or settlement waits for the store to answer again.",
+				ConstLabels: labels,
+			}, func() float64 { return float64(l.Layer.PendingReservations()) }),
+		} {
+			if err := reg.Register(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // localKeys counts the keys of the fault layer's local budgets.
@@ -226,12 +239,13 @@ func (l localKeys) MaxKeys() int {
 // countAlert counts an alert event.
 func (m *metrics) countAlert(e alert.Event) { m.alerts.WithLabelValues(e.Limit, e.Threshold).Inc() }
 
-// faultObserver counts the fault layer's store failures, lost outcomes
-// and write-backs.
-func (m *metrics) faultObserver() resilient.Observer {
+// faultObserver counts the store failures, lost outcomes and write-backs
+// of the fault layer of the store named store.
+func (m *metrics) faultObserver(store string) resilient.Observer {
+	failed, unknown := m.storeErrors.WithLabelValues(store), m.outcomeUnknown.WithLabelValues(store)
 	return resilient.Observer{
-		StoreFailed:    func(string) { m.storeErrors.Inc() },
-		OutcomeUnknown: m.outcomeUnknown.Inc,
+		StoreFailed:    func(string) { failed.Inc() },
+		OutcomeUnknown: unknown.Inc,
 		Writeback: func(limit, result string, cost int64) {
 			m.writeback.WithLabelValues(limit, result).Add(float64(cost))
 		},

@@ -65,10 +65,10 @@ limits:
 		if got := testkit.Metric(t, e.reg, "tokenlimit_decision_seconds"); got != 22 {
 			t.Errorf("decision latency samples = %v, want 22 (one per Check)", got)
 		}
-		if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total"); got != 0 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_store_errors_total", "store", "default"); got != 0 {
 			t.Errorf("store errors on a healthy store = %v, want 0", got)
 		}
-		if got := testkit.Metric(t, e.reg, "tokenlimit_breaker_state"); got != 0 {
+		if got := testkit.Metric(t, e.reg, "tokenlimit_breaker_state", "store", "default"); got != 0 {
 			t.Errorf("breaker state = %v, want 0 (closed)", got)
 		}
 	})

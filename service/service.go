@@ -7,10 +7,13 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -34,6 +37,14 @@ type Options struct {
 	// timeout, the circuit breaker and failure modes apply; a store that is
 	// not a tokenlimit.Describer counts as remote.
 	Store tokenlimit.Store
+	// Stores are the named stores (config.Config.Stores), where the
+	// budgets of the limits that name them live; each has its own
+	// deadline, circuit breaker and local budgets, its own entry in
+	// Health and its own store label in the metrics. Every store a limit
+	// names must be here (New and Reload refuse a configuration naming
+	// another). A request whose limits live in several stores is decided
+	// store by store (see resilient.Stores).
+	Stores map[string]NamedStore
 	// Clock is the service's time; time.Now when nil.
 	Clock func() time.Time
 	// Timer is the service's timer, which the waits of limits with a wait
@@ -93,11 +104,20 @@ type Options struct {
 	Alerts alert.Options
 }
 
+// NamedStore is a store a limit names (config.Limit.Store).
+type NamedStore struct {
+	Store tokenlimit.Store
+	// Timeout bounds each call to it; 0 takes Options.StoreTimeout.
+	Timeout time.Duration
+}
+
 // Service answers rate-limit questions. It is safe for concurrent use.
 type Service struct {
-	opts    Options
-	store   tokenlimit.StoreInfo
-	fault   *resilient.Failover // opts.Store with its timeout, breaker and failure modes
+	opts  Options
+	store tokenlimit.StoreInfo
+	// fault is every store with its timeout, breaker and failure modes,
+	// the main store (opts.Store) first.
+	fault   *resilient.Stores
 	metrics *metrics
 	log     *slog.Logger
 	rules   atomic.Pointer[ruleset]
@@ -122,34 +142,72 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if s.metrics, err = newMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	s.fault, err = resilient.NewFailover(opts.Store, resilient.FailoverOptions{
-		Options: resilient.Options{Timeout: opts.StoreTimeout, BreakerThreshold: opts.BreakerThreshold,
-			BreakerCooldown: opts.BreakerCooldown, Clock: opts.Clock, OnBreaker: s.logBreaker, OnFull: s.logFull},
-		ReservationTTL: opts.ReservationTTL, LocalMaxKeys: opts.LocalMaxKeys, MaxReservations: opts.MaxReservations,
-		FailOpenKeys: opts.FailOpenKeys, Recovery: opts.FailOpenRecovery, Logger: opts.Logger, Observer: s.metrics.faultObserver(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("service: %w", err)
+	if s.fault, err = s.newStores(opts); err != nil {
+		return nil, err
 	}
-	if opts.Registerer != nil {
-		if err := opts.Registerer.Register(s.fault.Guard().BreakerGauge()); err != nil {
-			return nil, fmt.Errorf("service: metrics: %w", err)
-		}
+	if err := s.checkStores(cfg); err != nil {
+		return nil, err
 	}
-	stores := map[string]keyCounter{"local": localKeys{s.fault}}
+	stores := map[string]keyCounter{"local": localKeys{s.fault.Main()}}
 	if kc, ok := opts.Store.(keyCounter); ok {
 		stores["store"] = kc
 	}
 	if err := watchKeys(opts.Registerer, stores); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
-	if err := watchPending(opts.Registerer, s.fault); err != nil {
+	if err := watchStores(opts.Registerer, s.fault); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
 	opts.Alerts.Logger, opts.Alerts.Counted = opts.Logger, s.metrics.countAlert
 	s.alerts = alert.NewNotifier(opts.Alerts)
 	s.rules.Store(compile(cfg, 1, nil))
 	return s, nil
+}
+
+// newStores builds the fault layer of the main store and of each named
+// one, in the order of their names.
+func (s *Service) newStores(opts Options) (*resilient.Stores, error) {
+	layer := func(name string, st tokenlimit.Store, timeout time.Duration) (resilient.NamedLayer, error) {
+		f, err := resilient.NewFailover(st, resilient.FailoverOptions{
+			Options: resilient.Options{Timeout: timeout, BreakerThreshold: opts.BreakerThreshold, BreakerCooldown: opts.BreakerCooldown,
+				Clock: opts.Clock, OnBreaker: s.logBreaker(name, st), OnFull: s.logFull(name, st)},
+			ReservationTTL: opts.ReservationTTL, LocalMaxKeys: opts.LocalMaxKeys, MaxReservations: opts.MaxReservations,
+			FailOpenKeys: opts.FailOpenKeys, Recovery: opts.FailOpenRecovery, Logger: opts.Logger.With("store", name),
+			Observer: s.metrics.faultObserver(name),
+		})
+		if err != nil {
+			return resilient.NamedLayer{}, fmt.Errorf("service: store %q: %w", name, err)
+		}
+		return resilient.NamedLayer{Name: name, Layer: f}, nil
+	}
+	main, err := layer(config.MainStore, opts.Store, opts.StoreTimeout)
+	if err != nil {
+		return nil, err
+	}
+	var named []resilient.NamedLayer
+	for _, name := range slices.Sorted(maps.Keys(opts.Stores)) {
+		ns := opts.Stores[name]
+		if ns.Store == nil || ns.Timeout < 0 || name == config.MainStore {
+			return nil, fmt.Errorf("service: New: Stores[%q] needs a store, a timeout not negative and a name other than %q", name, config.MainStore)
+		}
+		l, err := layer(name, ns.Store, cmp.Or(ns.Timeout, opts.StoreTimeout))
+		if err != nil {
+			return nil, err
+		}
+		named = append(named, l)
+	}
+	return resilient.NewStores(main, named...)
+}
+
+// checkStores refuses a configuration with a limit whose store the
+// service does not have.
+func (s *Service) checkStores(cfg *config.Config) error {
+	for _, l := range cfg.Limits {
+		if !s.fault.Has(l.Store) {
+			return fmt.Errorf("service: limit %q names store %q, which this service was not started with (stores are opened at start: restart to add one)", l.Name, l.Store)
+		}
+	}
+	return nil
 }
 
 // validate refuses negative options, naming the option.
@@ -209,30 +267,38 @@ func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	return t.C, t.Stop
 }
 
-// logBreaker logs the store's circuit breaker opening (error) and closing
-// again (info), once each. The half-open trials in between, one per
-// cooldown while the store stays down, are logged at debug.
-func (s *Service) logBreaker(from, to breaker.State, failures int) {
-	switch {
-	case to == breaker.Open && from == breaker.Closed:
-		s.log.Error("store circuit breaker opened: the store is failing; limits follow their failure modes",
-			"store", s.store.Name, "failures", failures, "retry_every", s.opts.BreakerCooldown)
-	case to == breaker.Closed:
-		s.log.Info("store circuit breaker closed: the store answers again", "store", s.store.Name)
-	default:
-		s.log.Debug("store circuit breaker "+to.String(), "store", s.store.Name, "from", from.String())
+// logBreaker returns the logger of the circuit breaker of st, the store
+// named name: opening (error) and closing again (info), once each. The
+// half-open trials in between, one per cooldown while the store stays
+// down, are logged at debug.
+func (s *Service) logBreaker(name string, st tokenlimit.Store) func(from, to breaker.State, failures int) {
+	attrs := []any{"store", name, "kind", tokenlimit.Describe(st).Name}
+	return func(from, to breaker.State, failures int) {
+		switch {
+		case to == breaker.Open && from == breaker.Closed:
+			s.log.Error("store circuit breaker opened: the store is failing; limits follow their failure modes",
+				append(attrs, "failures", failures, "retry_every", s.opts.BreakerCooldown)...)
+		case to == breaker.Closed:
+			s.log.Info("store circuit breaker closed: the store answers again", attrs...)
+		default:
+			s.log.Debug("store circuit breaker "+to.String(), append(attrs, "from", from.String())...)
+		}
 	}
 }
 
-// logFull logs the store filling up (error) and having room again
-// (info), once each; the requests it refuses meanwhile are logged at debug
-// and counted in tokenlimit_key_space_full_total.
-func (s *Service) logFull(full bool) {
-	if full {
-		s.log.Error("the store is full: requests needing a new key are denied (key_space_full) until keys expire; see --max-keys", "store", s.store.Name)
-		return
+// logFull returns the logger of st, the store named name, filling up
+// (error) and having room again (info), once each; the requests it refuses
+// meanwhile are logged at debug and counted in
+// tokenlimit_key_space_full_total.
+func (s *Service) logFull(name string, st tokenlimit.Store) func(full bool) {
+	attrs := []any{"store", name, "kind", tokenlimit.Describe(st).Name}
+	return func(full bool) {
+		if full {
+			s.log.Error("the store is full: requests needing a new key are denied (key_space_full) until keys expire; see --max-keys", attrs...)
+			return
+		}
+		s.log.Info("the store has room for new keys again", attrs...)
 	}
-	s.log.Info("the store has room for new keys again", "store", s.store.Name)
 }
 
 // Close stops delivering alert events (those still queued for the
@@ -240,13 +306,20 @@ func (s *Service) logFull(full bool) {
 func (s *Service) Close() { s.alerts.Close() }
 
 // Reload replaces the limits with cfg's; checks in flight finish with the
-// old ones. It records the reload in the metrics.
-func (s *Service) Reload(cfg *config.Config) {
+// old ones. It records the reload in the metrics. A configuration with a
+// limit naming a store the service was not started with is refused (and
+// recorded as ReloadFailed does): the running limits stay.
+func (s *Service) Reload(cfg *config.Config) error {
+	if err := s.checkStores(cfg); err != nil {
+		s.ReloadFailed(cfg.Source, err)
+		return err
+	}
 	old := s.rules.Load()
 	s.rules.Store(compile(cfg, old.version+1, old))
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.metrics.stats.RecordReload(s.opts.Clock(), old.version+1, nil)
 	s.log.Info("configuration reloaded", "source", cfg.Source, "version", old.version+1, "limits", len(cfg.Limits))
+	return nil
 }
 
 // ReloadFailed records a configuration that was rejected; the old limits
@@ -292,6 +365,20 @@ type Health struct {
 	// 127.0.0.1:6379: not connected yet: ... connection refused"; empty
 	// otherwise.
 	Error string
+	// Stores are the named stores' health, by name in order. A named
+	// store that fails does not make the service Degraded: its limits
+	// follow their failure modes (a far home region cut off should not
+	// take a whole region's replicas out of service).
+	Stores []StoreHealth
+}
+
+// StoreHealth is a named store's health.
+type StoreHealth struct {
+	Name string
+	// Breaker, Degraded and Error are as Health's, for this store.
+	Breaker  string
+	Degraded bool
+	Error    string
 }
 
 // Health returns the store's health. While the breaker is not closed and its
@@ -301,9 +388,13 @@ type Health struct {
 func (s *Service) Health() Health {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StoreTimeout)
 	defer cancel()
-	gh := s.fault.Health(ctx)
+	all := s.fault.Health(ctx)
+	gh := all[0].Health
 	h := Health{Store: s.store.Name, Breaker: gh.Breaker, Degraded: gh.Degraded, Error: gh.Error}
-	h.LocalKeys, h.LocalMaxKeys = s.fault.LocalKeys()
+	for _, n := range all[1:] {
+		h.Stores = append(h.Stores, StoreHealth{Name: n.Name, Breaker: n.Breaker, Degraded: n.Degraded, Error: n.Error})
+	}
+	h.LocalKeys, h.LocalMaxKeys = s.fault.Main().LocalKeys()
 	if kc, ok := s.opts.Store.(keyCounter); ok {
 		h.Keys, h.MaxKeys = kc.Len(), kc.MaxKeys()
 	}

@@ -51,12 +51,27 @@ type Health struct {
 	LocalMaxKeys int    `json:"local_max_keys"`
 	KeySpaceFull bool   `json:"key_space_full"`
 	Error        string `json:"error,omitempty"`
+	// Stores are the named stores' (stores: in the configuration).
+	Stores []StoreHealth `json:"stores,omitempty"`
+}
+
+// StoreHealth is the JSON shape of a named store's health
+// (service.StoreHealth).
+type StoreHealth struct {
+	Name     string `json:"name"`
+	Breaker  string `json:"breaker"`
+	Degraded bool   `json:"degraded"`
+	Error    string `json:"error,omitempty"`
 }
 
 // HealthOf is the JSON shape of h.
 func HealthOf(h service.Health) Health {
-	return Health{
+	out := Health{
 		Store: h.Store, Breaker: h.Breaker, Degraded: h.Degraded, Keys: h.Keys, MaxKeys: h.MaxKeys,
 		LocalKeys: h.LocalKeys, LocalMaxKeys: h.LocalMaxKeys, KeySpaceFull: h.KeySpaceFull, Error: h.Error,
 	}
+	for _, s := range h.Stores {
+		out.Stores = append(out.Stores, StoreHealth(s))
+	}
+	return out
 }

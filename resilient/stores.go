@@ -1,0 +1,317 @@
+package resilient
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// This file routes the service's store calls when budgets live in more than
+// one store: the main store and named ones (a global limit's home region),
+// each behind a Failover of its own (deadline, breaker, local budgets,
+// reconciling). Each item goes to the store its Policy.Store names.
+//
+// A call whose items all lie in one store is that store's call, all or
+// nothing, unchanged. A call spanning stores is decided store by store, the
+// main store first, then the named ones in the order given to NewStores:
+// each store's part all or nothing. When a part is refused (denied, failing
+// closed, full, held), the parts already admitted are taken back: a check's
+// charge is refunded at the time it was charged (exact for every
+// algorithm), on the store or on the local budget that admitted it; a
+// reservation's part is undone (SettleRequest.Undo), so that the id
+// reserves afresh later. So nothing is admitted that every store did not
+// admit, and a refused request is charged nothing, with three limits:
+// between a part's charge and its refund another caller may be denied by
+// it; a refund the store cannot take (it fails meanwhile) leaves that
+// charge standing until the budget refills it; and a budget recovering
+// from an outage keeps the local charge of its recovery hold.
+
+// Stores is the fault layer over several stores: one Failover each, by
+// name, the main store's first. It is safe for concurrent use.
+type Stores struct {
+	names  []string    // names[0] is the main store's
+	layers []*Failover // layers[i] is names[i]'s
+}
+
+// NamedLayer is a store's fault layer with the name limits give it.
+type NamedLayer struct {
+	Name  string
+	Layer *Failover
+}
+
+// NewStores routes items whose Policy.Store is "" or main.Name to
+// main.Layer, and those naming one of named to its layer; parts of a call
+// spanning stores are decided in this order.
+func NewStores(main NamedLayer, named ...NamedLayer) (*Stores, error) {
+	s := &Stores{}
+	for _, l := range append([]NamedLayer{main}, named...) {
+		switch {
+		case l.Layer == nil:
+			return nil, fmt.Errorf("resilient: NewStores: store %q has no layer", l.Name)
+		case slices.Contains(s.names, l.Name) || l.Name == "":
+			return nil, fmt.Errorf("resilient: NewStores: store names must be distinct and not empty, got %q twice or empty", l.Name)
+		}
+		s.names = append(s.names, l.Name)
+		s.layers = append(s.layers, l.Layer)
+	}
+	return s, nil
+}
+
+// Main returns the main store's layer.
+func (s *Stores) Main() *Failover { return s.layers[0] }
+
+// Layers returns every store's layer with its name, the main store's
+// first.
+func (s *Stores) Layers() []NamedLayer {
+	out := make([]NamedLayer, len(s.layers))
+	for i := range s.layers {
+		out[i] = NamedLayer{s.names[i], s.layers[i]}
+	}
+	return out
+}
+
+// Has reports whether a policy may name the store name.
+func (s *Stores) Has(name string) bool { return name == "" || slices.Contains(s.names, name) }
+
+// index returns the layer of the store name.
+func (s *Stores) index(name string) (int, error) {
+	if name == "" {
+		return 0, nil
+	}
+	if i := slices.Index(s.names, name); i >= 0 {
+		return i, nil
+	}
+	return 0, fmt.Errorf("resilient: no store named %q: %w", name, tokenlimit.ErrInvalid)
+}
+
+// single returns the layer every policy names, if they name one.
+func (s *Stores) single(policies []Policy) (int, bool, error) {
+	if len(s.layers) == 1 || len(policies) == 0 {
+		return 0, true, nil
+	}
+	for _, p := range policies[1:] {
+		if p.Store != policies[0].Store {
+			return 0, false, nil
+		}
+	}
+	i, err := s.index(policies[0].Store)
+	return i, true, err
+}
+
+// part is the items of one store in a call spanning stores: their indexes
+// in the call, and copies of their items, policies and results.
+type part struct {
+	layer    *Failover
+	indexes  []int
+	items    []tokenlimit.Item
+	policies []Policy
+	results  []tokenlimit.Result
+	rules    []tokenlimit.SettleRule
+	// admitted is the part's answer once it admitted the call.
+	admitted Answer
+}
+
+// split cuts a call into its stores' parts, in the stores' order.
+func (s *Stores) split(items []tokenlimit.Item, policies []Policy, rules []tokenlimit.SettleRule) ([]part, error) {
+	parts := make([]part, len(s.layers))
+	for i, p := range policies {
+		l, err := s.index(p.Store)
+		if err != nil {
+			return nil, err
+		}
+		pt := &parts[l]
+		pt.indexes = append(pt.indexes, i)
+		pt.items = append(pt.items, items[i])
+		pt.policies = append(pt.policies, p)
+		if len(rules) > 0 {
+			pt.rules = append(pt.rules, rules[i])
+		}
+	}
+	out := parts[:0]
+	for l := range parts {
+		if len(parts[l].items) > 0 {
+			parts[l].layer = s.layers[l]
+			parts[l].results = make([]tokenlimit.Result, len(parts[l].items))
+			out = append(out, parts[l])
+		}
+	}
+	return out, nil
+}
+
+// answerOf maps a part's answer to the call's indexes: the items it
+// answered (all of the part's when a.Items is nil).
+func (pt *part) answerOf(a Answer) Answer {
+	answered := pt.indexes
+	if a.Items != nil {
+		answered = make([]int, len(a.Items))
+		for j, i := range a.Items {
+			answered[j] = pt.indexes[i]
+		}
+	}
+	a.Items = answered
+	return a
+}
+
+// copyResults copies the part's results into the call's.
+func (pt *part) copyResults(results []tokenlimit.Result) {
+	for j, i := range pt.indexes {
+		results[i] = pt.results[j]
+	}
+}
+
+// Decide is Failover.Decide on the store each item's policy names (see
+// the top of this file for a call spanning stores). A refused call
+// spanning stores answers with the refusing store's answer: Answer.Items
+// are the items it answered.
+func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	l, one, err := s.single(policies)
+	switch {
+	case err != nil:
+		return Answer{}, err
+	case one:
+		return s.layers[l].Decide(ctx, items, policies, results)
+	}
+	parts, err := s.split(items, policies, nil)
+	if err != nil {
+		return Answer{}, err
+	}
+	var whole Answer
+	for k := range parts {
+		pt := &parts[k]
+		a, err := pt.layer.Decide(ctx, pt.items, pt.policies, pt.results)
+		if err == nil {
+			pt.copyResults(results)
+		}
+		if err != nil || a.Full || !a.Allowed {
+			s.refund(ctx, parts[:k])
+			if err != nil {
+				return Answer{}, err
+			}
+			return pt.answerOf(a), nil
+		}
+		parts[k].admitted = a
+		whole = merge(whole, a, k == 0)
+	}
+	return whole, nil
+}
+
+// merge adds a part's admitting answer a to whole: the first part's time,
+// and FromLocal if any part was decided on its local budgets.
+func merge(whole, a Answer, first bool) Answer {
+	if first {
+		return Answer{At: a.At, Allowed: true, Source: a.Source}
+	}
+	if a.Source == FromLocal {
+		whole.Source = FromLocal
+	}
+	return whole
+}
+
+// refund takes back the charges of parts, each admitted.
+func (s *Stores) refund(ctx context.Context, parts []part) {
+	for _, pt := range parts {
+		pt.layer.refund(ctx, pt.items, pt.policies, pt.admitted)
+	}
+}
+
+// DecideReservation is Failover.DecideReservation on the store each item's
+// policy names. A reservation spanning stores is recorded in each of them
+// under req.ID, with its part of the items; when a part is refused, the
+// parts already reserved are undone (see the top of this file). The
+// reservation returned is the last part's, Reserved if any part is (the
+// others replayed a reserve whose reply was lost).
+func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRequest, policies []Policy, results []tokenlimit.Result) (*tokenlimit.Reservation, Answer, error) {
+	l, one, err := s.single(policies)
+	switch {
+	case err != nil:
+		return nil, Answer{}, err
+	case one:
+		return s.layers[l].DecideReservation(ctx, req, policies, results)
+	}
+	parts, err := s.split(req.Items, policies, req.Rules)
+	if err != nil {
+		return nil, Answer{}, err
+	}
+	var whole Answer
+	var res *tokenlimit.Reservation
+	for k := range parts {
+		pt := &parts[k]
+		preq := tokenlimit.ReserveRequest{ID: req.ID, Items: pt.items, Rules: pt.rules, TTL: req.TTL}
+		r, a, err := pt.layer.DecideReservation(ctx, preq, pt.policies, pt.results)
+		if err == nil {
+			pt.copyResults(results)
+		}
+		if err != nil || r == nil || !r.OK() || a.Full || !a.Allowed {
+			s.undo(ctx, parts[:k], req)
+			if err != nil {
+				return nil, Answer{}, err
+			}
+			return r, pt.answerOf(a), nil
+		}
+		if res == nil || r.Status() == tokenlimit.Reserved {
+			res = r
+		}
+		whole = merge(whole, a, k == 0)
+	}
+	return res, whole, nil
+}
+
+// undo takes back the reservations of parts, each reserved under req.ID.
+func (s *Stores) undo(ctx context.Context, parts []part, req tokenlimit.ReserveRequest) {
+	for _, pt := range parts {
+		// Not on the caller's context: it may be what ended the call. The
+		// store's deadline still bounds it.
+		_, err := pt.layer.Settle(context.WithoutCancel(ctx), time.Time{}, tokenlimit.SettleRequest{ID: req.ID, Undo: true, TTL: req.TTL})
+		if err != nil {
+			pt.layer.log.Error("undoing the part of a reservation another store refused failed: it stays charged until it is settled or expires",
+				"error", err)
+		}
+	}
+}
+
+// Settle settles req on every store at once (a reservation spanning
+// stores has a record in each; by its id alone nothing says which): the
+// status is the most advanced any store reports (Settled, then
+// AlreadySettled, then UnknownReservation), and the error the first
+// store's that failed (retrying is safe: settling applies once). A store
+// without the record keeps a tombstone of the id (SettleRequest.TTL).
+func (s *Stores) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	if len(s.layers) == 1 {
+		return s.layers[0].Settle(ctx, now, req)
+	}
+	statuses := make([]tokenlimit.SettleStatus, len(s.layers))
+	errs := make([]error, len(s.layers))
+	var wg sync.WaitGroup
+	for i, l := range s.layers {
+		wg.Go(func() { statuses[i], errs[i] = l.Settle(ctx, now, req) })
+	}
+	wg.Wait()
+	status := tokenlimit.UnknownReservation
+	for i := range s.layers {
+		if errs[i] != nil {
+			return 0, errs[i]
+		}
+		status = min(status, statuses[i]) // Settled before AlreadySettled before UnknownReservation
+	}
+	return status, nil
+}
+
+// StoreHealth is one store's health with its name.
+type StoreHealth struct {
+	Name string
+	Health
+}
+
+// Health returns every store's health, the main store's first (see
+// Failover.Health).
+func (s *Stores) Health(ctx context.Context) []StoreHealth {
+	out := make([]StoreHealth, len(s.layers))
+	for i, l := range s.layers {
+		out[i] = StoreHealth{s.names[i], l.Health(ctx)}
+	}
+	return out
+}
