@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +240,87 @@ func TestFullReloadKeepsKeysInForce(t *testing.T) {
 	close(stop)
 	if err := <-refused; err != nil {
 		t.Fatalf("a live key refused during a full reload: %v", err)
+	}
+}
+
+// TestFileStoreSkipsUnreadableLines: the embedded store's log with lines
+// that are not JSON and a record of a later format opens; each is
+// reported once, left out, and kept as it is in the file; everything else
+// is in force, and writes go on and survive another reopening.
+func TestFileStoreSkipsUnreadableLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := t0
+	s, err := OpenFileStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := openPlane(t, s, &now)
+	ctx := context.Background()
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := p.CreateKey(ctx, Spec{Name: "one", Team: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("{\"seq\":3,\"kind\":\"key\",\"id\":\"key_x\",\"da\n") // complete line, not JSON
+	f.WriteString("\xff\xfe\x00 binary\n")
+	f.WriteString(`{"seq":4,"kind":"key","id":"key_later","data":{"format":2,"name":"later","digest":"` + strings.Repeat("0", 64) + `"}}` + "\n")
+	f.Close()
+
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	reopen := func() (*FileStore, *Plane) {
+		t.Helper()
+		s, err := OpenFileStore(dir, log)
+		if err != nil {
+			t.Fatalf("opening a log with unreadable lines: %v", err)
+		}
+		p, err := Open(ctx, s, Options{Clock: func() time.Time { return now }, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, p
+	}
+	s2, p2 := reopen()
+	if got, _, err := p2.Authenticate(secret, now); err != nil || got.ID != k.ID {
+		t.Fatalf("a key beside unreadable lines: %v, %v", got, err)
+	}
+	if _, ok := p2.Key("key_later"); ok {
+		t.Error("a key of a later format is in force")
+	}
+	reports := map[string]int{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec struct{ Msg, ID string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg != "" {
+			reports[rec.Msg+" "+rec.ID]++
+		}
+	}
+	want := map[string]int{"plane: skipping an unreadable line of the log ": 2, "plane: skipping a record that cannot be read key_later": 1}
+	if !maps.Equal(reports, want) {
+		t.Errorf("reported %v, want %v", reports, want)
+	}
+	k2, secret2, err := p2.CreateKey(ctx, Spec{Name: "two", Team: "acme"})
+	if err != nil || k2.Version != 5 {
+		t.Fatalf("a write after unreadable lines: %v, version %d, want 5", err, k2.Version)
+	}
+	s2.Close()
+
+	s3, p3 := reopen()
+	defer s3.Close()
+	for _, sec := range []string{secret, secret2} {
+		if _, _, err := p3.Authenticate(sec, now); err != nil {
+			t.Errorf("after reopening again: %v", err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil || !bytes.Contains(data, []byte(`"key_later"`)) {
+		t.Errorf("the record of a later format is gone from the log (%v)", err)
 	}
 }

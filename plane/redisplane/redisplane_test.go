@@ -2,9 +2,13 @@ package redisplane_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +35,12 @@ type replica struct {
 
 func newReplica(t *testing.T, srv *redistest.Server, prefix string) replica {
 	t.Helper()
+	return newLoggingReplica(t, srv, prefix, testkit.Quiet())
+}
+
+// newLoggingReplica is newReplica whose plane logs to log.
+func newLoggingReplica(t *testing.T, srv *redistest.Server, prefix string, log *slog.Logger) replica {
+	t.Helper()
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +48,7 @@ func newReplica(t *testing.T, srv *redistest.Server, prefix string) replica {
 	t.Cleanup(rc.Close)
 	store := redisplane.New(func() (rueidis.Client, error) { return rc, nil }, redisplane.Options{Prefix: prefix, Block: 200 * time.Millisecond})
 	var svc *service.Service
-	p, err := plane.Open(context.Background(), store, plane.Options{Logger: testkit.Quiet(), KnownPlan: func(n string) bool { return svc.KnownPlan(n) }})
+	p, err := plane.Open(context.Background(), store, plane.Options{Logger: log, KnownPlan: func(n string) bool { return svc.KnownPlan(n) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +171,93 @@ func TestFollowsAfterTrimAndFlush(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, 2*time.Second, "A forgets what Redis lost", func() bool { _, ok := a.plane.Team("one"); return !ok })
+}
+
+// TestUnreadableRecordsAreReportedOnceAndSkipped: records a replica cannot
+// read (not JSON, a later format, a kind it does not know, a key without
+// a digest), whether in Redis when it starts or written while it follows
+// the stream, are each logged once per version by each replica and left
+// out of force; everything else is in force, the replicas keep following,
+// and a readable version of a record brings it back.
+func TestUnreadableRecordsAreReportedOnceAndSkipped(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	prefix := newPrefix()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	// raw writes records as another program (or a later version) would.
+	raw := redisplane.New(func() (rueidis.Client, error) { return rc, nil }, redisplane.Options{Prefix: prefix})
+	ctx := context.Background()
+	put := func(kind plane.Kind, id, data string) {
+		t.Helper()
+		if _, err := raw.Put(ctx, kind, id, plane.AnyVersion, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const team = `{"format":1,"name":"%s","updated_at":"2026-01-01T00:00:00Z"}`
+	put(plane.KindTeam, "good", fmt.Sprintf(team, "good"))
+	put(plane.KindKey, "key_notjson", `{"format":1,"name":`)
+	put(plane.KindTeam, "later", `{"format":2,"name":"later","updated_at":"2026-01-01T00:00:00Z","quota_units":"gpu-hours"}`)
+	put(plane.Kind("widget"), "w1", `{"format":1}`)
+	put(plane.KindKey, "key_nodigest", `{"format":1,"name":"k","updated_at":"2026-01-01T00:00:00Z"}`)
+
+	var logs [2]testkit.Buffer
+	a := newLoggingReplica(t, srv, prefix, slog.New(slog.NewJSONHandler(&logs[0], nil)))
+	b := newLoggingReplica(t, srv, prefix, slog.New(slog.NewJSONHandler(&logs[1], nil)))
+	for _, r := range []replica{a, b} {
+		if _, ok := r.plane.Team("good"); !ok {
+			t.Fatal("a readable team beside unreadable records is not in force")
+		}
+		if _, ok := r.plane.Team("later"); ok {
+			t.Error("a team of a later format is in force")
+		}
+		if _, ok := r.plane.Key("key_notjson"); ok {
+			t.Error("a key that is not JSON is in force")
+		}
+		if _, ok := r.plane.Key("key_nodigest"); ok {
+			t.Error("a key without a digest is in force")
+		}
+	}
+
+	// Written while the replicas follow the stream.
+	put(plane.KindKey, "key_torn", `{"format":1,"name":"torn","digest":"00`)
+	put(plane.KindTeam, "good", `{"format":1,"name":`) // good becomes unreadable
+	_, secret, err := a.plane.CreateKey(ctx, plane.Spec{Name: "fine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 2*time.Second, "a key created after unreadable writes in force on B", func() bool {
+		_, _, err := b.plane.Authenticate(secret, time.Now())
+		return err == nil
+	})
+	for _, r := range []replica{a, b} {
+		if _, ok := r.plane.Team("good"); ok {
+			t.Error("a team whose last version is unreadable is still in force")
+		}
+	}
+	// A readable version brings it back.
+	put(plane.KindTeam, "good", fmt.Sprintf(team, "good"))
+	testkit.Eventually(t, 2*time.Second, "the team good, readable again, on both replicas", func() bool {
+		_, okA := a.plane.Team("good")
+		_, okB := b.plane.Team("good")
+		return okA && okB
+	})
+	for i, name := range []string{"A", "B"} {
+		reports := map[string]int{}
+		for _, line := range strings.Split(logs[i].String(), "\n") {
+			var rec struct{ Msg, Kind, ID string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "plane: skipping a record that cannot be read" {
+				reports[rec.Kind+"/"+rec.ID]++
+			}
+		}
+		want := map[string]int{"key/key_notjson": 1, "team/later": 1, "widget/w1": 1, "key/key_nodigest": 1, "key/key_torn": 1, "team/good": 1}
+		if !maps.Equal(reports, want) {
+			t.Errorf("replica %s reported %v, want each unreadable version once: %v", name, reports, want)
+		}
+	}
 }
 
 // BenchmarkPropagation is the time from a write answered on one replica to
