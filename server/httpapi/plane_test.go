@@ -2,10 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +288,166 @@ func TestPlaneAuditNamesTheAdminToken(t *testing.T) {
 	}
 	if strings.Contains(out, "tok-") {
 		t.Errorf("the log holds an admin token:\n%s", out)
+	}
+}
+
+// TestPlaneBadInputChangesNothing: bad input to every write of teams and
+// keys (create, update, rotate) is a 400 naming the field, and leaves
+// what is stored as it was: no record created, none changed, no secret
+// replaced.
+func TestPlaneBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := newPlaneEnv(t, memBackend(), &logs)
+	if r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro"}`, admin); r.status != http.StatusCreated {
+		t.Fatal(r.body)
+	}
+	r := e.post("/v1/admin/keys", `{"name": "k", "team": "acme", "labels": {"env": "`+strings.Repeat("x", plane.MaxLabelBytes)+`"}}`, admin)
+	if r.status != http.StatusCreated {
+		t.Fatalf("a key with a label of %d bytes: %d %s, want 201", plane.MaxLabelBytes, r.status, r.body)
+	}
+	id, secret := r.json(t)["id"].(string), r.json(t)["secret"].(string)
+	snapshot := func() string {
+		t.Helper()
+		var out []string
+		for _, path := range []string{"/v1/admin/teams", "/v1/admin/keys"} {
+			r := e.do(http.MethodGet, path, "", admin)
+			if r.status != http.StatusOK {
+				t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+			}
+			out = append(out, r.body)
+		}
+		return strings.Join(out, "\n")
+	}
+	before := snapshot()
+
+	long := strings.Repeat("x", plane.MaxLabelBytes+1)
+	negative := `{"name": "a", "algorithm": "fixed_window", "limit": "-5/min"}`
+	for _, c := range []struct{ method, path, body, field string }{
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "colour": "red"}`, "colour"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "limits": [` + negative + `]}`, "limits[0].limit"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "limits": [{"name": "a", "algorithm": "token_bucket", "capacity": "ten", "refill": "1/s"}]}`, "limits[0].capacity"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "limits": [{"name": "a", "algorithm": "token_bucket", "capacity": -1, "refill": "1/s"}]}`, "limits[0].capacity"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "plan": "gold"}`, "plan"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "team": "acme"}`, "team"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "expires_at": "2000-01-01T00:00:00Z"}`, "expires_at"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "t2", "labels": {"env": "` + long + `"}}`, "labels.env"},
+		{http.MethodPost, "/v1/admin/teams", `{"name": "Not A Name"}`, "name"},
+		{http.MethodPut, "/v1/admin/teams/acme", `{"plan": "pro", "colour": "red"}`, "colour"},
+		{http.MethodPut, "/v1/admin/teams/acme", `{"plan": "gold"}`, "plan"},
+		{http.MethodPut, "/v1/admin/teams/acme", `{"limits": [` + negative + `]}`, "limits[0].limit"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "acme", "speed": 1}`, "speed"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "nope"}`, "team"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "acme", "expires_at": "2000-01-01T00:00:00Z"}`, "expires_at"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "acme", "labels": {"env": "` + long + `"}}`, "labels.env"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "acme", "limits": [` + negative + `]}`, "limits[0].limit"},
+		{http.MethodPut, "/v1/admin/keys/" + id, `{"name": "k", "team": "acme"}`, ""}, // If-Match below: not a number
+		{http.MethodPost, "/v1/admin/keys/" + id + "/rotate", `{"grace": "forever"}`, "grace"},
+		{http.MethodPost, "/v1/admin/keys/" + id + "/rotate", `{"grace": "-1h"}`, "grace"},
+		{http.MethodPost, "/v1/admin/keys/" + id + "/rotate", `{"grace": "1h", "keep": true}`, "keep"},
+	} {
+		headers := []string{admin}
+		want := c.field
+		if want == "" {
+			headers, want = append(headers, "If-Match: yesterday"), "If-Match"
+		}
+		r := e.do(c.method, c.path, c.body, headers...)
+		if r.status != http.StatusBadRequest {
+			t.Errorf("%s %s %s: %d %s, want 400", c.method, c.path, c.body, r.status, r.body)
+			continue
+		}
+		if got := r.json(t)["error"].(map[string]any)["field"]; got != want {
+			t.Errorf("%s %s %s: field %v, want %s (%s)", c.method, c.path, c.body, got, want, r.body)
+		}
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("bad input changed the plane from\n%s\nto\n%s", before, after)
+	}
+	if r := e.post("/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`); r.status != http.StatusOK {
+		t.Errorf("the key's secret after bad input: %d %s, want 200", r.status, r.body)
+	}
+	if n := strings.Count(logs.String(), `"msg":"plane change"`); n != 2 {
+		t.Errorf("%d changes logged, want the team's and the key's creation only:\n%s", n, logs.String())
+	}
+}
+
+// TestPlaneAuditLinePerChange: each change of a team or key (create,
+// update, rotate, revoke, delete) is one audit line saying who (the admin
+// token's name), what, which record, its version and when; refused
+// writes are no change and log none; no line holds a secret, a digest or
+// an admin token.
+func TestPlaneAuditLinePerChange(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	var svc *service.Service
+	p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+		KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, memBackend(), setup{config: planeConfig, svc: func(o *service.Options) { o.Plane = p },
+		opts: httpapi.Options{AdminTokens: map[string]string{"alice": "tok-alice", "bob": "tok-bob"}, Plane: p, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}})
+	svc = e.svc
+	alice, bob := "Authorization: Bearer tok-alice", "Authorization: Bearer tok-bob"
+	type change struct{ who, action, kind, id, etag string }
+	var want []change
+	write := func(who, method, path, body string, status int, headers ...string) response {
+		t.Helper()
+		r := e.do(method, path, body, append([]string{map[string]string{"alice": alice, "bob": bob}[who]}, headers...)...)
+		if r.status != status {
+			t.Fatalf("%s %s as %s: %d %s, want %d", method, path, who, r.status, r.body, status)
+		}
+		return r
+	}
+	write("alice", http.MethodPost, "/v1/admin/teams", `{"name": "acme"}`, http.StatusCreated)
+	want = append(want, change{"alice", "create", "team", "acme", "1"})
+	write("bob", http.MethodPut, "/v1/admin/teams/acme", `{"plan": "pro"}`, http.StatusOK, `If-Match: "1"`)
+	want = append(want, change{"bob", "update", "team", "acme", "2"})
+	r := write("alice", http.MethodPost, "/v1/admin/keys", `{"name": "k", "team": "acme"}`, http.StatusCreated)
+	id, secrets := r.json(t)["id"].(string), []string{r.json(t)["secret"].(string)}
+	want = append(want, change{"alice", "create", "key", id, "3"})
+	write("bob", http.MethodPut, "/v1/admin/keys/"+id, `{"name": "k2", "team": "acme"}`, http.StatusOK)
+	want = append(want, change{"bob", "update", "key", id, "4"})
+	r = write("alice", http.MethodPost, "/v1/admin/keys/"+id+"/rotate", `{"grace": "1h"}`, http.StatusOK)
+	secrets = append(secrets, r.json(t)["secret"].(string))
+	want = append(want, change{"alice", "rotate", "key", id, "5"})
+	// Refused: a stale If-Match, bad input, a duplicate, no such key.
+	write("bob", http.MethodPut, "/v1/admin/keys/"+id, `{"name": "k3"}`, http.StatusPreconditionFailed, `If-Match: "3"`)
+	write("bob", http.MethodPost, "/v1/admin/keys", `{"name": "k", "team": "nope"}`, http.StatusBadRequest)
+	write("bob", http.MethodPost, "/v1/admin/teams", `{"name": "acme"}`, http.StatusConflict)
+	write("bob", http.MethodDelete, "/v1/admin/keys/key_000000000000000000000000", "", http.StatusNotFound)
+	write("bob", http.MethodDelete, "/v1/admin/teams/acme", "", http.StatusConflict)
+	write("bob", http.MethodDelete, "/v1/admin/keys/"+id, "", http.StatusNoContent, `If-Match: "5"`)
+	want = append(want, change{"bob", "revoke", "key", id, "0"})
+	write("alice", http.MethodDelete, "/v1/admin/teams/acme", "", http.StatusNoContent)
+	want = append(want, change{"alice", "delete", "team", "acme", "0"})
+
+	var got []change
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct {
+			Time                       time.Time
+			Msg, Who, Action, Kind, ID string
+			Version                    int64
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Msg != "plane change" {
+			continue
+		}
+		if rec.Time.IsZero() || time.Since(rec.Time) > time.Minute {
+			t.Errorf("audit line %s: time %v, want when the change was made", line, rec.Time)
+		}
+		got = append(got, change{rec.Who, rec.Action, rec.Kind, rec.ID, strconv.FormatInt(rec.Version, 10)})
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("audit lines\n%v\nwant one per change\n%v", got, want)
+	}
+	out := logs.String()
+	for _, s := range append(secrets, "tok-alice", "tok-bob") {
+		if strings.Contains(out, s) || strings.Contains(out, strings.TrimPrefix(s, "tl-")) || strings.Contains(out, plane.Digest(s)) {
+			t.Errorf("the log holds a secret, its digest or an admin token:\n%s", out)
+		}
 	}
 }
