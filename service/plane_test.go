@@ -202,3 +202,63 @@ func TestPlaneOutcomeLevels(t *testing.T) {
 		}
 	})
 }
+
+// TestPlaneLevelsAreOneCall: a call made with a plane key is decided
+// against its own limits, its team's and its plan's in one store call, all
+// or nothing: when the team's budget denies, the key's and the plan's
+// budgets are not charged.
+func TestPlaneLevelsAreOneCall(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		var counted *testkit.FaultStore
+		var svc *service.Service
+		p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+			KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, store, planeYAML, t0, func(o *service.Options) {
+			o.Plane = p
+			counted = &testkit.FaultStore{Store: o.Store}
+			o.Store = counted
+		})
+		svc = e.svc
+		ctx := context.Background()
+		if _, err := p.CreateTeam(ctx, plane.Spec{Name: "acme", Plan: "pro", Limits: limitsJSON(`[{"name": "team-rpm", "algorithm": "fixed_window", "limit": "2/min"}]`)}); err != nil {
+			t.Fatal(err)
+		}
+		_, secret, err := p.CreateKey(ctx, plane.Spec{Name: "one", Team: "acme", Limits: limitsJSON(`[{"name": "own", "algorithm": "sliding_log", "limit": "5/h"}]`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := D{"api_key": secret}
+		levels := []string{"own", "team-rpm", "rpm", "burst", "plan-pro-daily"}
+		for i := range 3 {
+			left := map[string]int64{}
+			for _, name := range levels {
+				left[name] = e.remaining(key, name)
+			}
+			before := counted.Checks()
+			d := e.check(key, 1)
+			if calls := counted.Checks() - before; calls != 1 {
+				t.Errorf("call %d made %d store calls, want 1 for the key's, team's and plan's limits", i+1, calls)
+			}
+			if got := names(d); len(got) != len(levels) {
+				t.Errorf("call %d decided %v, want %v", i+1, got, levels)
+			}
+			if d.Allowed != (i < 2) {
+				t.Fatalf("call %d: allowed %v, want %v (team-rpm 2/min): %s", i+1, d.Allowed, i < 2, describe(d))
+			}
+			for _, name := range levels {
+				want := left[name] - 1
+				if !d.Allowed {
+					want = left[name]
+				}
+				if got := e.remaining(key, name); got != want {
+					t.Errorf("call %d (allowed %v): %s has %d left, want %d", i+1, d.Allowed, name, got, want)
+				}
+			}
+		}
+	})
+}
