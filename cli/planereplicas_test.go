@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,14 +44,16 @@ func answersWithin(t *testing.T, start time.Time, within time.Duration, what str
 // one redis-server. A key created on A is in force on B, a key disabled on
 // A is refused on B, a key revoked on B is refused on A, each within a
 // second of the answer to the write; a key past its expiry is refused by
-// both within a second of its expiry, and by neither before it.
+// both within a second of its expiry, and by neither before it. No secret
+// is in either replica's log or metrics, nor in Redis.
 func TestServeReplicasAgreeWithinASecond(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	args := []string{"serve", "--redis", srv.URL(), "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret"}
-	_, a := child(t, args...)
-	_, b := child(t, args...)
+	args := []string{"serve", "--redis", srv.URL(), "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret", "--log-level", "debug"}
+	_, a, logsA := startChild(t, nil, "serving HTTP", args...)
+	_, b, logsB := startChild(t, nil, "serving HTTP", args...)
 
+	var secrets []string
 	create := func(base, spec string) (id, secret string) {
 		t.Helper()
 		code, k := call(t, http.MethodPost, base+"/v1/admin/keys", spec)
@@ -59,8 +62,37 @@ func TestServeReplicasAgreeWithinASecond(t *testing.T) {
 		if code != http.StatusCreated || id == "" || secret == "" {
 			t.Fatalf("POST keys on %s: %d %v", base, code, k)
 		}
+		secrets = append(secrets, secret)
 		return id, secret
 	}
+	defer func() {
+		// What could hold a secret: each replica's log and metrics, and
+		// the plane's records and stream in Redis.
+		places := map[string]string{"A's log": logsA.String(), "B's log": logsB.String()}
+		for name, base := range map[string]string{"A's metrics": a, "B's metrics": b} {
+			res, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			places[name] = string(data)
+		}
+		for _, cmd := range [][]string{{"HGETALL", "{tl:plane}:records"}, {"XRANGE", "{tl:plane}:log", "-", "+"}} {
+			out, err := srv.Do(cmd...)
+			if err != nil || !strings.Contains(out, "digest") {
+				t.Fatalf("%v: %q %v, want the records", cmd, out, err)
+			}
+			places["Redis' "+cmd[1]] = out
+		}
+		for name, text := range places {
+			for _, s := range secrets {
+				if strings.Contains(text, s[len("tl-"):len("tl-")+16]) {
+					t.Errorf("%s holds (part of) a secret", name)
+				}
+			}
+		}
+	}()
 
 	id, secret := create(a, `{"name": "laptop"}`)
 	took := answersWithin(t, time.Now(), time.Second, "a key created on A, used on B", http.StatusOK, func() int { return checkKey(t, b, secret) })
