@@ -297,3 +297,61 @@ func BenchmarkPropagation(b *testing.B) {
 		}
 	}
 }
+
+// TestTwoReplicasOnCluster: on Redis Cluster the plane's keys share one
+// slot (its writes are one script on one node), and replicas agree: a key
+// created on A is in force on B, and once revoked on B refused on A, each
+// within a second.
+func TestTwoReplicasOnCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	prefix := newPrefix()
+	open := func() *plane.Plane {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cluster.Addrs(), DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		p, err := plane.Open(context.Background(), redisplane.New(func() (rueidis.Client, error) { return rc, nil },
+			redisplane.Options{Prefix: prefix, Block: 200 * time.Millisecond}), plane.Options{Logger: testkit.Quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); p.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return p
+	}
+	a, b := open(), open()
+	ctx := context.Background()
+	if _, err := a.CreateTeam(ctx, plane.Spec{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := a.CreateKey(ctx, plane.Spec{Name: "k", Team: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Second, "the key created on A in force on B", func() bool {
+		_, team, err := b.Authenticate(secret, time.Now())
+		return err == nil && team != nil && team.ID == "acme"
+	})
+	if err := b.DeleteKey(ctx, k.ID, plane.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, time.Second, "the key revoked on B refused on A", func() bool {
+		_, _, err := a.Authenticate(secret, time.Now())
+		return errors.Is(err, plane.ErrUnknownKey)
+	})
+	slots := map[string]bool{}
+	for _, name := range []string{"records", "versions", "seq", "log"} {
+		slot, err := cluster.Node(0).Do("CLUSTER", "KEYSLOT", "{"+prefix+"}:"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	if len(slots) != 1 {
+		t.Errorf("the plane's keys are in slots %v, want one", slots)
+	}
+}
