@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,49 +115,68 @@ func call(t *testing.T, method, url, body string) (int, map[string]any) {
 }
 
 // TestPlaneSurvivesKill9: every admin write answered 2xx is there after
-// the process is killed with SIGKILL right after the answer.
+// the process is killed with SIGKILL right after the answer, on serve and
+// on proxy, each with --data-dir; and the directory holds no secret.
 func TestPlaneSurvivesKill9(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret", "--data-dir", dir}
-	cmd, base := child(t, args...)
-	if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated {
-		t.Fatalf("POST teams: %d %v", code, body)
-	}
-	secrets := map[string]string{}
-	for i := range 20 {
-		code, body := call(t, http.MethodPost, base+"/v1/admin/keys", fmt.Sprintf(`{"name": "k%d", "team": "acme"}`, i))
-		if code != http.StatusCreated {
-			t.Fatalf("POST keys: %d %v", code, body)
-		}
-		secrets[body["id"].(string)] = body["secret"].(string)
-	}
-	var revoked string
-	for id := range secrets {
-		revoked = id
-		break
-	}
-	if code, _ := call(t, http.MethodDelete, base+"/v1/admin/keys/"+revoked, ""); code != http.StatusNoContent {
-		t.Fatalf("DELETE: %d", code)
-	}
-	cmd.Process.Kill() // SIGKILL, right after the last 2xx
-	cmd.Wait()
-
-	_, base = child(t, args...)
-	for id, secret := range secrets {
-		code, _ := call(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"api_key": "`+secret+`"}}`)
-		if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusOK}[id == revoked]; code != want {
-			t.Errorf("key %s after kill -9: check %d, want %d", id, code, want)
-		}
-	}
-	data, err := os.ReadFile(dir + "/plane.log")
-	if err != nil {
+	upstream := httptest.NewServer(&credentialLog{})
+	t.Cleanup(upstream.Close) // after the parallel subtests
+	cfg := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 1000000, refill: 1000000/min, cost: request}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range secrets {
-		if strings.Contains(string(data), secret) || strings.Contains(string(data), secret[3:]) {
-			t.Fatal("the data dir holds a secret")
-		}
+	for _, c := range []struct {
+		name, ready string
+		args        []string
+		// inForce calls base with secret and returns the status.
+		inForce func(t *testing.T, base, secret string) int
+	}{
+		{"serve", "serving HTTP", []string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, checkKey},
+		{"proxy", "proxying", []string{"proxy", "--config", cfg, "--upstream", upstream.URL, "--listen", "127.0.0.1:0"}, chatWith},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := append(c.args, "--admin-token", "secret", "--data-dir", dir)
+			cmd, base, _ := startChild(t, nil, c.ready, args...)
+			if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated {
+				t.Fatalf("POST teams: %d %v", code, body)
+			}
+			secrets := map[string]string{}
+			for i := range 20 {
+				code, body := call(t, http.MethodPost, base+"/v1/admin/keys", fmt.Sprintf(`{"name": "k%d", "team": "acme"}`, i))
+				if code != http.StatusCreated {
+					t.Fatalf("POST keys: %d %v", code, body)
+				}
+				secrets[body["id"].(string)] = body["secret"].(string)
+			}
+			var revoked string
+			for id := range secrets {
+				revoked = id
+				break
+			}
+			if code, _ := call(t, http.MethodDelete, base+"/v1/admin/keys/"+revoked, ""); code != http.StatusNoContent {
+				t.Fatalf("DELETE: %d", code)
+			}
+			cmd.Process.Kill() // SIGKILL, right after the last 2xx
+			cmd.Wait()
+
+			_, base, _ = startChild(t, nil, c.ready, args...)
+			for id, secret := range secrets {
+				if want := map[bool]int{true: http.StatusUnauthorized, false: http.StatusOK}[id == revoked]; c.inForce(t, base, secret) != want {
+					t.Errorf("key %s after kill -9: %d, want %d", id, c.inForce(t, base, secret), want)
+				}
+			}
+			data, err := os.ReadFile(filepath.Join(dir, plane.FileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, secret := range secrets {
+				if strings.Contains(string(data), secret) || strings.Contains(string(data), secret[3:]) {
+					t.Fatal("the data dir holds a secret")
+				}
+			}
+		})
 	}
 }
 

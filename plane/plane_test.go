@@ -45,6 +45,7 @@ func TestSpecErrorsNameTheField(t *testing.T) {
 		{"non-numeric limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"lots/s"}]`)}, "limits[0].limit"},
 		{"unknown limit field", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"1/s","colour":2}]`)}, "limits[0].colour"},
 		{"a key on a limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"1/s","key":["user"]}]`)}, "limits[0].key"},
+		{"a match on a limit", Spec{Name: "k", Limits: json.RawMessage(`[{"name":"a","algorithm":"fixed_window","limit":"1/s","match":{"route":"/x"}}]`)}, "limits[0].match"},
 		{"unknown plan", Spec{Name: "k", Plan: "gold"}, "plan"},
 		{"unknown team", Spec{Name: "k", Team: "nope"}, "team"},
 		{"expiry in the past", Spec{Name: "k", ExpiresAt: "2026-12-01T11:59:59Z"}, "expires_at"},

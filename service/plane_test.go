@@ -262,3 +262,50 @@ func TestPlaneLevelsAreOneCall(t *testing.T) {
 		}
 	})
 }
+
+// TestPlaneKeyPlan: a call made with a plane key is on the key's plan,
+// else its team's, else the configuration's default plan.
+func TestPlaneKeyPlan(t *testing.T) {
+	t.Parallel()
+	const yml = `
+default_plan: free
+plans:
+  free: {daily: 10}
+  pro: {daily: 1000}
+`
+	var svc *service.Service
+	p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
+		KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, testkit.Memory, yml, t0, func(o *service.Options) { o.Plane = p })
+	svc = e.svc
+	ctx := context.Background()
+	if _, err := p.CreateTeam(ctx, plane.Spec{Name: "acme", Plan: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateTeam(ctx, plane.Spec{Name: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		spec plane.Spec
+		plan string
+	}{
+		{plane.Spec{Name: "own plan", Plan: "pro"}, "pro"},
+		{plane.Spec{Name: "team's plan", Team: "acme"}, "pro"},
+		{plane.Spec{Name: "own over team's", Team: "acme", Plan: "free"}, "free"},
+		{plane.Spec{Name: "team without a plan", Team: "plain"}, "free"},
+		{plane.Spec{Name: "no team, no plan"}, "free"},
+	} {
+		_, secret, err := p.CreateKey(ctx, c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := e.check(D{"api_key": secret}, 1)
+		if got := names(d); !slices.Equal(got, []string{"plan-" + c.plan + "-daily"}) {
+			t.Errorf("%s: limits %v, want plan %s's", c.spec.Name, got, c.plan)
+		}
+	}
+}
