@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -308,11 +309,9 @@ func TestBrowserPlane(t *testing.T) {
 		tb.click(`#keys-table tr[data-name="ci runner"] button[aria-label="Rotate key ci runner"]`)
 		tb.confirm("new secret")
 		tb.wait(`!document.querySelector('#keys-secret').hidden`)
+		tb.wait(`document.querySelector('#keys-status').textContent === 'Rotated key ci runner.'`)
 		rotated := eval[string](tb, `document.querySelector('#keys-secret-value').value`)
 		tb.click("#keys-secret-done")
-		if msg := eval[string](tb, `document.querySelector('#keys-status').textContent`); msg != "" {
-			t.Errorf("after Done the status says %q", msg)
-		}
 		if code := srv.check(t, rotated); code != http.StatusOK {
 			t.Errorf("a call with the secret of the rotation tried again: %d, want 200", code)
 		}
@@ -364,6 +363,9 @@ func TestBrowserPlane(t *testing.T) {
 			}
 		}
 		tb.wait(budget("#keys-table", "ci runner", "calls") + `?.dataset.used === '2'`)
+		if reset := eval[string](tb, budget("#keys-table", "ci runner", "calls")+`.textContent`); !regexp.MustCompile(`whole again in (59(\.\d)?|60) min \(`).MatchString(reset) {
+			t.Errorf("the budget calls says %q, want when it is whole again (in an hour, and at what time)", reset)
+		}
 		clk.Advance(time.Hour - time.Second)
 		if code := srv.check(t, secret); code != http.StatusOK {
 			t.Errorf("a second before the grace ends, a call with the old secret: %d, want 200", code)
