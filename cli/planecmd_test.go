@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -149,6 +154,22 @@ func TestPlaneCommands(t *testing.T) {
 	if _, err := tl(t, base, "teams", "create", "bad", "--limits", `[{"name": "x", "algorithm": "fixed_window", "limit": "-5/min"}]`); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "limits[0]") {
 		t.Errorf("teams create with a negative limit: %v, want exit status %d naming limits[0]", err, ExitUsage)
 	}
+	// teams show and delete.
+	var shown struct{ ID, Name string }
+	tlJSON(t, base, &shown, "teams", "show", "acme")
+	if shown.ID != "acme" {
+		t.Errorf("teams show acme: %+v", shown)
+	}
+	tlJSON(t, base, &shown, "teams", "create", "tmp")
+	if out, err := tl(t, base, "teams", "delete", "tmp"); err != nil || !strings.Contains(out, "delete tmp") {
+		t.Errorf("teams delete tmp: %q %v", out, err)
+	}
+	if _, err := tl(t, base, "teams", "show", "tmp"); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "404") {
+		t.Errorf("teams show of a deleted team: %v, want exit status %d naming 404", err, ExitUsage)
+	}
+	if _, err := tl(t, base, "teams", "delete", "acme"); !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "409") {
+		t.Errorf("teams delete of a team with keys: %v, want exit status %d naming 409", err, ExitUsage)
+	}
 	// A client takes NAME:TOKEN as well, and sends the token.
 	if err := Run(context.Background(), []string{"teams", "list", "--server", base, "--admin-token", "ci:other-secret"}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
 		t.Errorf("teams list with --admin-token ci:other-secret: %v", err)
@@ -209,5 +230,65 @@ plan   -       rpm          requests  2       60      58         2027-01-01T00:0
 `
 	if out.String() != want {
 		t.Errorf("explain printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// TestPlaneUpdateNeverOverwritesAConcurrentEdit: keys update and teams
+// update read the record and write it back under If-Match; an edit made
+// through the API between the two (here by a relay in front of a real
+// serve, right after forwarding the command's read) makes the command
+// fail with exit status 2, and that edit stands.
+func TestPlaneUpdateNeverOverwritesAConcurrentEdit(t *testing.T) {
+	t.Parallel()
+	_, base := child(t, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret")
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// edits maps a record's path to the edit made once the command has
+	// read it.
+	var mu sync.Mutex
+	edits := map[string]string{}
+	relay := httputil.NewSingleHostReverseProxy(target)
+	relay.ModifyResponse = func(res *http.Response) error {
+		mu.Lock()
+		edit, ok := edits[res.Request.URL.Path]
+		delete(edits, res.Request.URL.Path)
+		mu.Unlock()
+		if ok && res.Request.Method == http.MethodGet {
+			if code, body := call(t, http.MethodPut, base+res.Request.URL.Path, edit); code != http.StatusOK {
+				return fmt.Errorf("the concurrent edit: %d %v", code, body)
+			}
+		}
+		return nil
+	}
+	front := httptest.NewServer(relay)
+	defer front.Close()
+
+	if code, body := call(t, http.MethodPost, base+"/v1/admin/teams", `{"name": "acme"}`); code != http.StatusCreated {
+		t.Fatalf("POST teams: %d %v", code, body)
+	}
+	code, k := call(t, http.MethodPost, base+"/v1/admin/keys", `{"name": "k", "team": "acme"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST keys: %d %v", code, k)
+	}
+	id := k["id"].(string)
+	for _, c := range []struct{ kind, path, edit string }{
+		{"keys", "/v1/admin/keys/" + id, `{"name": "k", "team": "acme", "labels": {"owner": "api"}}`},
+		{"teams", "/v1/admin/teams/acme", `{"labels": {"owner": "api"}}`},
+	} {
+		mu.Lock()
+		edits[c.path] = c.edit
+		mu.Unlock()
+		id := c.path[strings.LastIndex(c.path, "/")+1:]
+		_, err := tl(t, front.URL, c.kind, "update", id, "--label", "owner=cli")
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), "nothing was written") {
+			t.Errorf("%s update racing an edit: %v, want exit status %d saying nothing was written", c.kind, err, ExitUsage)
+		}
+		code, rec := call(t, http.MethodGet, base+c.path, "")
+		if labels, _ := rec["labels"].(map[string]any); code != http.StatusOK || labels["owner"] != "api" {
+			t.Errorf("after %s update lost the race the record is %d %v, want the API's edit (owner=api)", c.kind, code, rec)
+		}
 	}
 }
