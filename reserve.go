@@ -58,6 +58,28 @@ type ReserveRequest struct {
 	// reservation can be settled, and a retry of it replays; after it an
 	// unsettled estimate simply stands.
 	TTL time.Duration
+	// Notes holds one note per item ("" for none), or is empty for none:
+	// at most MaxNoteLength bytes each, kept with the record and given
+	// back, with the item's result, to the settlement that applies it
+	// (SettleRequest.Noted), whichever client makes it. They are the
+	// caller's own bookkeeping (the service notes what raising a budget's
+	// alerts needs) and no part of the request: a retry with other notes
+	// replays, keeping the first ones.
+	Notes []string
+}
+
+// MaxNoteLength is the longest note an item of a reservation may carry
+// (ReserveRequest.Notes), in bytes.
+const MaxNoteLength = 2048
+
+// Noted is an item of a reservation that was reserved with a note, as the
+// settlement that applied the reservation found it.
+type Noted struct {
+	// Note is the item's ReserveRequest.Notes entry.
+	Note string
+	// Result is what the reserve answered for the item: its budget as the
+	// reservation's charge left it (Limit included).
+	Result Result
 }
 
 func validateID(id string) error {
@@ -158,6 +180,11 @@ type SettleRequest struct {
 	// under ID, so that a reserve of that id arriving later charges nothing
 	// (Closed); 1ms..MaxPeriod, normally the reservations' TTL.
 	TTL time.Duration
+	// Noted, if not nil, receives the items that were reserved with a note
+	// (ReserveRequest.Notes), in no set order, when this settlement applies
+	// the reservation (Settled); it is emptied otherwise. The store writes
+	// it before Settle returns, never after.
+	Noted *[]Noted
 }
 
 // Validate reports whether the settlement can be applied; its error is a

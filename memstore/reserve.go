@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -29,6 +30,7 @@ type record struct {
 	items   []tokenlimit.Item
 	rules   []tokenlimit.SettleRule
 	results []tokenlimit.Result
+	notes   []string // one per item, or none (ReserveRequest.Notes)
 }
 
 var _ tokenlimit.Reserver = (*Store)(nil)
@@ -75,7 +77,7 @@ func (s *Store) reserve(now time.Time, req tokenlimit.ReserveRequest, results []
 	rec := &record{
 		expires: t + req.TTL.Microseconds(), state: recordReserved, digest: digest, at: t,
 		items: req.Items, rules: append([]tokenlimit.SettleRule(nil), req.Rules...),
-		results: append([]tokenlimit.Result(nil), results...),
+		results: append([]tokenlimit.Result(nil), results...), notes: noted(req.Notes),
 	}
 	s.shardOf(idHash).records[req.ID] = rec // counted by checkLocked
 	return tokenlimit.ReserveOutcome{Status: tokenlimit.Reserved, At: now}, nil
@@ -99,20 +101,27 @@ func replay(rec *record, digest string, items []tokenlimit.Item, results []token
 // writes a tombstone, which needs room under MaxKeys: when there is none it
 // fails with tokenlimit.ErrStoreFull and changes nothing.
 func (s *Store) Settle(_ context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-	st, err := s.settle(now, req)
+	st, rec, err := s.settle(now, req)
 	if errors.Is(err, tokenlimit.ErrStoreFull) && s.sweepAll(now) {
-		st, err = s.settle(now, req)
+		st, rec, err = s.settle(now, req)
+	}
+	if req.Noted != nil && err == nil {
+		*req.Noted = (*req.Noted)[:0]
+		if st == tokenlimit.Settled {
+			*req.Noted = appendNoted(*req.Noted, rec)
+		}
 	}
 	return st, err
 }
 
-func (s *Store) settle(now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+// settle settles req, returning the record it settled (nil unless Settled).
+func (s *Store) settle(now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, *record, error) {
 	if err := req.Validate(); err != nil {
-		return 0, fmt.Errorf("memstore: %w", err)
+		return 0, nil, fmt.Errorf("memstore: %w", err)
 	}
 	t, err := micros(now)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	// The items' shards must be locked with the id's, in index order: learn
 	// the items first, then lock them all and look again. A record's items
@@ -120,15 +129,37 @@ func (s *Store) settle(now time.Time, req tokenlimit.SettleRequest) (tokenlimit.
 	// landed in between.
 	for {
 		items := s.recordItems(req.ID, t)
-		if st, again, err := s.settleLocked(req, items, t); !again {
-			return st, err
+		if st, rec, again, err := s.settleLocked(req, items, t); !again {
+			return st, rec, err
 		}
 	}
 }
 
-// settleLocked settles req with the shards of items and the id locked; it
-// reports again when the record turns out to have other items.
-func (s *Store) settleLocked(req tokenlimit.SettleRequest, items []tokenlimit.Item, t int64) (_ tokenlimit.SettleStatus, again bool, _ error) {
+// noted returns notes unless none is set.
+func noted(notes []string) []string {
+	for _, n := range notes {
+		if n != "" {
+			return slices.Clone(notes)
+		}
+	}
+	return nil
+}
+
+// appendNoted appends to out the items of rec reserved with a note. A
+// record's notes and results never change once written.
+func appendNoted(out []tokenlimit.Noted, rec *record) []tokenlimit.Noted {
+	for i, n := range rec.notes {
+		if n != "" {
+			out = append(out, tokenlimit.Noted{Note: n, Result: rec.results[i]})
+		}
+	}
+	return out
+}
+
+// settleLocked settles req with the shards of items and the id locked,
+// returning the record when Settled; it reports again when the record
+// turns out to have other items.
+func (s *Store) settleLocked(req tokenlimit.SettleRequest, items []tokenlimit.Item, t int64) (_ tokenlimit.SettleStatus, _ *record, again bool, _ error) {
 	keys := make([]pending, len(items))
 	for i := range items {
 		keys[i].h = s.keyHash(items[i].Key)
@@ -141,16 +172,16 @@ func (s *Store) settleLocked(req tokenlimit.SettleRequest, items []tokenlimit.It
 	switch {
 	case rec == nil:
 		if err := s.reserveKeys(1); err != nil {
-			return 0, false, fmt.Errorf("memstore: settle: no room for the tombstone of %q: %w", req.ID, err)
+			return 0, nil, false, fmt.Errorf("memstore: settle: no room for the tombstone of %q: %w", req.ID, err)
 		}
 		s.shardOf(idHash).records[req.ID] = &record{expires: t + req.TTL.Microseconds(), state: recordTombstone, at: t}
-		return tokenlimit.UnknownReservation, false, nil
+		return tokenlimit.UnknownReservation, nil, false, nil
 	case rec.state == recordTombstone:
-		return tokenlimit.UnknownReservation, false, nil
+		return tokenlimit.UnknownReservation, nil, false, nil
 	case rec.state == recordSettled:
-		return tokenlimit.AlreadySettled, false, nil
+		return tokenlimit.AlreadySettled, nil, false, nil
 	case len(rec.items) != len(items):
-		return 0, true, nil
+		return 0, nil, true, nil
 	}
 	adj := settlement(rec, req)
 	adjKeys := make([]pending, len(adj))
@@ -158,14 +189,14 @@ func (s *Store) settleLocked(req tokenlimit.SettleRequest, items []tokenlimit.It
 		adjKeys[i].h = s.keyHash(adj[i].Key)
 	}
 	if err := s.adjustLocked(adj, adjKeys, t); err != nil {
-		return 0, false, err
+		return 0, nil, false, err
 	}
 	if req.Undo {
 		s.dropRecord(idHash, req.ID)
-		return tokenlimit.Settled, false, nil
+		return tokenlimit.Settled, rec, false, nil
 	}
 	rec.state = recordSettled
-	return tokenlimit.Settled, false, nil
+	return tokenlimit.Settled, rec, false, nil
 }
 
 // recordItems returns the items of id's reservation, if it holds one.

@@ -41,6 +41,21 @@ func appendInt(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
 }
 
+// appendString adds s as a MessagePack string.
+func appendString(b []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 32:
+		b = append(b, 0xa0|byte(n))
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n))
+	case n < 1<<16:
+		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
+	}
+	return append(b, s...)
+}
+
 // limitParams are a limit's three parameters as the Lua takes them: limit,
 // window µs and offset µs for the window algorithms; capacity and the
 // interval per token as num/den µs for the buckets.

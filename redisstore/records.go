@@ -62,12 +62,16 @@ type settleJob struct {
 	// slot is, on Cluster, the slot of the record (slotRecordKey).
 	slot   uint16
 	status tokenlimit.SettleStatus
+	// noted are the record's noted items when Settled (settle.lua reads
+	// them in any case); the caller copies them to req.Noted.
+	noted []tokenlimit.Noted
 }
 
 func (j *settleJob) call() *queuedCall { return &j.queuedCall }
 func (j *settleJob) size() int         { return 1 }
 
 func (j *settleJob) detach() {
+	j.req.Noted = nil // read by the caller from j.noted, never written by the lane
 	if j.req.Spend != nil {
 		spend := *j.req.Spend
 		j.req.Spend = &spend
@@ -109,24 +113,25 @@ func (s *Store) reserveBatched(ctx context.Context, now time.Time, req tokenlimi
 	return out, err
 }
 
-// settleBatched makes a settlement through the store's lane.
-func (s *Store) settleBatched(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+// settleBatched makes a settlement through the store's lane, returning
+// its noted items too (settleJob.noted).
+func (s *Store) settleBatched(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, []tokenlimit.Noted, error) {
 	l := s.records.settles
 	j := l.get()
 	j.ctx, j.now, j.req = ctx, now, req
 	if err := l.do(j); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	status, err := j.status, j.err
-	l.put(j)
-	return status, err
+	status, noted, err := j.status, j.noted, j.err
+	l.put(j) // reset drops j.noted: the slice is the caller's
+	return status, noted, err
 }
 
 // reserveJobAlone makes a lane's reservation in a call of its own.
 func (s *Store) reserveJobAlone(j *reserveJob) { j.outcome, j.err = s.reserveAt(j.ctx, *j) }
 
 // settleJobAlone makes a lane's settlement in a call of its own.
-func (s *Store) settleJobAlone(j *settleJob) { j.status, j.err = s.settleAt(j.ctx, *j) }
+func (s *Store) settleJobAlone(j *settleJob) { j.status, j.noted, j.err = s.settleAt(j.ctx, *j) }
 
 // reserveAt makes j's reservation in a call of its own: reserve.lua with
 // one job, built in pooled buffers.
@@ -139,13 +144,14 @@ func (s *Store) reserveAt(ctx context.Context, j reserveJob) (tokenlimit.Reserve
 }
 
 // settleAt makes j's settlement in a call of its own: settle.lua with one
-// job, built in pooled buffers.
-func (s *Store) settleAt(ctx context.Context, j settleJob) (tokenlimit.SettleStatus, error) {
+// job, built in pooled buffers. It returns the record's noted items too
+// (settleJob.noted), in a slice of their own.
+func (s *Store) settleAt(ctx context.Context, j settleJob) (tokenlimit.SettleStatus, []tokenlimit.Noted, error) {
 	done, err := callAlone(ctx, &s.lone.settles, j, s.settleMany)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return done.status, nil
+	return done.status, done.noted, nil
 }
 
 // undoAt cancels the record of j's settlement and deletes it, in a call of
@@ -198,17 +204,17 @@ func (j *reserveJob) read(reply []int64, r int) (int, error) {
 func (s *Store) packReserves(jobs []*reserveJob, bufs *callBuffers) (keys, args []string) {
 	limits := &bufs.limits
 	limits.reset()
-	nk, nv := 0, 0
+	nk, nv, ns := 0, 0, 0
 	for _, j := range jobs {
 		nk += 1 + 2*len(j.req.Items)
-		nv += 3 + 3*len(j.req.Items)
+		nv += 4 + 3*len(j.req.Items) + 2*notes(j.req)
 		for _, it := range j.req.Items {
 			limits.add(it.Limit)
 		}
 		bufs.keyData.addRecord(s, j.slot, j.req.ID)
 		bufs.keyData.add(s, j.req.Items)
 	}
-	packed := limits.appendTo(appendArray(slices.Grow(bufs.packed[:0], 5+(nv+1+4*len(limits.limits))*5), nv+1+4*len(limits.limits)))
+	packed := limits.appendTo(appendArray(slices.Grow(bufs.packed[:0], 5+(nv+1+4*len(limits.limits))*5+ns), nv+1+4*len(limits.limits)))
 	args = append(bufs.args[:0], s.padMs, "")
 	refs := limits.refs
 	for _, j := range jobs {
@@ -219,12 +225,30 @@ func (s *Store) packReserves(jobs []*reserveJob, bufs *callBuffers) (keys, args 
 		for i := range n {
 			packed = appendInt(packed, int64(storekit.Rule(j.req, i)))
 		}
+		packed = appendInt(packed, int64(notes(j.req)))
+		for i, note := range j.req.Notes {
+			if note != "" {
+				packed = appendString(appendInt(packed, int64(i+1)), note)
+				ns += len(note)
+			}
+		}
 		args = append(args, j.digest)
 	}
 	args[1] = string(packed)
 	keys = bufs.keyData.appendTo(slices.Grow(bufs.keys[:0], nk))
 	bufs.keys, bufs.packed, bufs.args = keys, packed, args
 	return keys, args
+}
+
+// notes returns how many of req's items have a note.
+func notes(req tokenlimit.ReserveRequest) int {
+	n := 0
+	for _, note := range req.Notes {
+		if note != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // settleMany runs settle.lua on jobs and writes each job's status,
@@ -251,16 +275,69 @@ func (s *Store) settleCall(ctx context.Context, jobs []*settleJob, bufs *callBuf
 	if err != nil {
 		return fmt.Errorf("redisstore: settle: %w", err)
 	}
-	if len(reply) != len(jobs) {
-		return fmt.Errorf("redisstore: settle: reply has %d values, want %d", len(reply), len(jobs))
-	}
-	for i, j := range jobs {
-		if reply[i] < int64(tokenlimit.Settled) || reply[i] > int64(tokenlimit.UnknownReservation) {
-			return fmt.Errorf("redisstore: settle: unexpected status %d", reply[i])
+	r := 0
+	for _, j := range jobs {
+		if r, err = j.read(reply, r); err != nil {
+			return fmt.Errorf("redisstore: settle: reply of %d values for %d settlements: %w", len(reply), len(jobs), err)
 		}
-		j.status = tokenlimit.SettleStatus(reply[i])
+	}
+	if r != len(reply) {
+		return fmt.Errorf("redisstore: settle: reply has %d values, want %d", len(reply), r)
 	}
 	return nil
+}
+
+// read reads the job's status and noted items from reply[r:] (settle.lua's
+// form) and returns the index after them.
+func (j *settleJob) read(reply []int64, r int) (int, error) {
+	if r+1 >= len(reply) {
+		return r, errShortReply
+	}
+	st, n := reply[r], reply[r+1]
+	if st < int64(tokenlimit.Settled) || st > int64(tokenlimit.UnknownReservation) {
+		return r, fmt.Errorf("unexpected status %d", st)
+	}
+	j.status, r = tokenlimit.SettleStatus(st), r+2
+	for range n {
+		var note string
+		var err error
+		if note, r, err = readNote(reply, r); err != nil {
+			return r, err
+		}
+		if r+5 >= len(reply) {
+			return r, errShortReply
+		}
+		v := reply[r : r+6]
+		j.noted = append(j.noted, tokenlimit.Noted{Note: note, Result: tokenlimit.Result{
+			Allowed: v[0] == 1, CostExceedsLimit: v[1] == 1, Remaining: v[2],
+			RetryAfter: time.Duration(v[3]) * time.Microsecond, ResetAfter: time.Duration(v[4]) * time.Microsecond, Limit: v[5],
+		}})
+		r += 6
+	}
+	return r, nil
+}
+
+// readNote reads a note from reply[r:] (put_note's form, record.lua: its
+// length, then 6 bytes per value) and returns the index after it.
+func readNote(reply []int64, r int) (string, int, error) {
+	if r >= len(reply) || reply[r] < 0 || reply[r] > tokenlimit.MaxNoteLength {
+		return "", r, errShortReply
+	}
+	n := int(reply[r])
+	r++
+	if r+(n+5)/6 > len(reply) {
+		return "", r, errShortReply
+	}
+	b := make([]byte, n)
+	for i := 0; i < n; i += 6 {
+		v, w := reply[r], min(6, n-i)
+		for k := w - 1; k >= 0; k-- {
+			b[i+k] = byte(v)
+			v >>= 8
+		}
+		r++
+	}
+	return string(b), r, nil
 }
 
 // packSettles is the keys and arguments of settle.lua for jobs, built in

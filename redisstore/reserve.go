@@ -58,13 +58,24 @@ func (s *Store) Settle(ctx context.Context, now time.Time, req tokenlimit.Settle
 	if err := req.Validate(); err != nil {
 		return 0, fmt.Errorf("redisstore: %w", err)
 	}
-	if s.cluster {
-		return s.settleCluster(ctx, now, req)
+	var st tokenlimit.SettleStatus
+	var noted []tokenlimit.Noted
+	var err error
+	switch {
+	case s.cluster:
+		st, noted, err = s.settleCluster(ctx, now, req)
+	case s.records != nil:
+		st, noted, err = s.settleBatched(ctx, now, req)
+	default:
+		st, noted, err = s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req})
 	}
-	if s.records != nil {
-		return s.settleBatched(ctx, now, req)
+	if req.Noted != nil && err == nil {
+		*req.Noted = (*req.Noted)[:0]
+		if st == tokenlimit.Settled {
+			*req.Noted = append(*req.Noted, noted...)
+		}
 	}
-	return s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req})
+	return st, err
 }
 
 // reserveCluster reserves on Redis Cluster: a pointer in the id's slot
@@ -102,6 +113,12 @@ func (s *Store) reserveCluster(ctx context.Context, now time.Time, req tokenlimi
 			part.Rules = make([]tokenlimit.SettleRule, len(group))
 			for j, i := range group {
 				part.Rules[j] = req.Rules[i]
+			}
+		}
+		if len(req.Notes) > 0 {
+			part.Notes = make([]string, len(group))
+			for j, i := range group {
+				part.Notes[j] = req.Notes[i]
 			}
 		}
 		o, err := s.reserveAt(ctx, reserveJob{queuedCall: queuedCall{ctx: ctx, now: at}, req: part, digest: digest,
@@ -178,28 +195,30 @@ func (u *undoer) undo(cause error) error {
 // the records (or becomes a tombstone), then each slot's record is settled
 // in one call. A failure part way leaves the settled slots settled; a
 // retry settles the rest and finds those already settled.
-func (s *Store) settleCluster(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+func (s *Store) settleCluster(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, []tokenlimit.Noted, error) {
 	reply, err := s.pointer(ctx, now, req.ID, "settle", "", req.TTL, nil)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if reply[0] != int64(tokenlimit.Settled) {
-		return tokenlimit.UnknownReservation, nil
+		return tokenlimit.UnknownReservation, nil, nil
 	}
 	status := tokenlimit.UnknownReservation
+	var noted []tokenlimit.Noted
 	for _, slot := range reply[1:] {
-		st, err := s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req, slot: uint16(slot)})
+		st, slotNoted, err := s.settleAt(ctx, settleJob{queuedCall: queuedCall{ctx: ctx, now: now}, req: req, slot: uint16(slot)})
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		status = min(status, st) // Settled before AlreadySettled before UnknownReservation
+		noted = append(noted, slotNoted...)
 	}
 	if req.Undo { // the records are gone: so goes the pointer, and the id is free again
 		if _, err := s.run(ctx, resetSc, []string{s.pointerKey(req.ID)}, nil); err != nil {
-			return 0, fmt.Errorf("redisstore: settle: deleting the pointer of an undone reservation: %w", err)
+			return 0, nil, fmt.Errorf("redisstore: settle: deleting the pointer of an undone reservation: %w", err)
 		}
 	}
-	return status, nil
+	return status, noted, nil
 }
 
 // pointer runs claim.lua on id's pointer.

@@ -161,7 +161,9 @@ func (f *Failover) settleLocalLater(req tokenlimit.SettleRequest) (tokenlimit.Se
 		}
 		return 0, fmt.Errorf("settle %q: %w", req.ID, ErrUnavailable)
 	}
-	if err := f.pending.addSettle(req, f.clock().Add(f.ttl)); err != nil {
+	queued := req
+	queued.Noted = nil // the caller's, written before this call returns only
+	if err := f.pending.addSettle(queued, f.clock().Add(f.ttl)); err != nil {
 		return 0, err
 	}
 	return f.local.Settle(context.Background(), req)

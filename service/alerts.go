@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"strconv"
 	"time"
 
@@ -48,82 +50,217 @@ func (s *Service) raiseAlerts(ctx context.Context, checks []check, d *Decision) 
 		o := &d.Limits[i]
 		for _, p := range alert.Crossed(c.limit.AlertAt, o.Limit, o.Limit-o.Remaining, o.Cost) {
 			d.Alerts = append(d.Alerts, Alert{Limit: o.Name, Percent: p})
-			s.claimAlert(ctx, c, o, p, d.At)
+			w := watchedOf(c)
+			s.claimAlert(ctx, &w, o.Limit-o.Remaining, o.Limit, p, d.At)
 		}
 	}
 }
 
-// watchedBudget is a budget with alert_at that a reservation charged, and
-// what it had used after that charge.
+// watchedBudget is a budget with alert_at: what claiming and notifying
+// its events needs. A reservation keeps it as its item's note
+// (tokenlimit.ReserveRequest.Notes, encoded by note) so that whichever
+// replica settles the reservation, by id alone included, raises what the
+// settlement crossed.
 type watchedBudget struct {
-	check check
-	used  int64
+	key       string
+	limit     tokenlimit.Limit
+	name      string
+	unit      Unit
+	level     Level
+	levelName string
+	alertAt   []int
 }
 
-// watchAlerts returns the budgets among checks (outcome i of check i) that
-// have alert_at, with what each had used.
-func watchAlerts(checks []check, outcomes []Outcome) []watchedBudget {
-	var out []watchedBudget
-	for i, c := range checks {
-		if len(c.limit.AlertAt) > 0 {
-			out = append(out, watchedBudget{c, outcomes[i].Limit - outcomes[i].Remaining})
+// watchedOf returns c's budget as watched.
+func watchedOf(c *check) watchedBudget {
+	return watchedBudget{key: c.item.Key, limit: c.item.Limit, name: c.limit.Name, unit: unitOf(c.limit),
+		level: c.level, levelName: c.levelName, alertAt: c.limit.AlertAt}
+}
+
+// alertNotes returns the notes of a reservation of checks: its budgets
+// with alert_at, encoded (watchedBudget.note); nil when it has none.
+func alertNotes(checks []check) []string {
+	var notes []string
+	for i := range checks {
+		if c := &checks[i]; len(c.limit.AlertAt) > 0 {
+			if notes == nil {
+				notes = make([]string, len(checks))
+			}
+			w := watchedOf(c)
+			if note := w.note(); len(note) <= tokenlimit.MaxNoteLength { // a key at most MaxKeyLength long fits
+				notes[i] = note
+			}
 		}
 	}
-	return out
+	return notes
 }
 
 // alertsAfterSettle raises the thresholds crossed since a reservation
-// charged the budgets watched: a settlement above the estimate moves a
-// budget without answering what it left, so the budgets are peeked at
-// (one store call, made only for a reservation with alert_at limits) and
-// every threshold between what they had used then and what they use now
-// is claimed. One that another request crossed meanwhile and claimed is not
-// sent twice; one crossed by a settlement is sent now.
-func (s *Service) alertsAfterSettle(ctx context.Context, watched []watchedBudget) {
+// charged the budgets noted (its items' notes, as the settlement that
+// applied it found them): a settlement above the estimate moves a budget
+// without answering what it left, so the budgets are peeked at (one store
+// call, made only for a reservation with alert_at limits) and every
+// threshold between what each had used after the reservation's charge and
+// what it uses now is claimed. One that another request crossed meanwhile
+// and claimed is not sent twice; one crossed by a settlement is sent now.
+func (s *Service) alertsAfterSettle(ctx context.Context, noted []tokenlimit.Noted) {
+	watched := make([]watchedBudget, 0, len(noted))
+	before := make([]int64, 0, len(noted))
+	for _, n := range noted {
+		w, err := watchedFromNote(n.Note)
+		if err != nil {
+			s.log.Debug("a reservation's alert note cannot be read: its alerts are not raised on settling", "error", err)
+			continue
+		}
+		watched, before = append(watched, w), append(before, n.Result.Limit-n.Result.Remaining)
+	}
 	if len(watched) == 0 {
 		return
 	}
-	checks := make([]check, len(watched))
+	items := make([]tokenlimit.Item, len(watched))
 	for i, w := range watched {
-		checks[i] = w.check
-		checks[i].item.Cost = 0
+		items[i] = tokenlimit.Item{Key: w.key, Limit: w.limit}
 	}
-	b := newStoreCall(checks, true)
-	a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
+	results := make([]tokenlimit.Result, len(items))
+	a, err := s.fault.Decide(ctx, items, make([]resilient.Policy, len(items)), results) // closed: the store's answer or none
 	if err != nil || a.Source != resilient.FromStore || a.Full {
 		return
 	}
-	for i, w := range watched {
-		o := w.check.outcome(b.results[i])
-		used := o.Limit - o.Remaining
-		for _, p := range alert.Crossed(w.check.limit.AlertAt, o.Limit, used, used-w.used) {
-			s.claimAlert(ctx, &checks[i], &o, p, a.At)
+	for i := range watched {
+		r := &results[i]
+		used := r.Limit - r.Remaining
+		for _, p := range alert.Crossed(watched[i].alertAt, r.Limit, used, used-before[i]) {
+			s.claimAlert(ctx, &watched[i], used, r.Limit, p, a.At)
 		}
 	}
 }
 
-// claimAlert claims the event of threshold p crossed by outcome o of c at
-// at, and notifies it if this replica won the claim.
-func (s *Service) claimAlert(ctx context.Context, c *check, o *Outcome, p int, at time.Time) {
-	claim := []tokenlimit.Item{{Key: c.item.Key + "|alert=" + strconv.Itoa(p), Cost: 1, Limit: claimLimit(c.item.Limit)}}
+// claimAlert claims the event of threshold p of w's budget, crossed at at
+// with used of limitValue used, and notifies it if this replica won the
+// claim.
+func (s *Service) claimAlert(ctx context.Context, w *watchedBudget, used, limitValue int64, p int, at time.Time) {
+	claim := []tokenlimit.Item{{Key: w.key + "|alert=" + strconv.Itoa(p), Cost: 1, Limit: claimLimit(w.limit)}}
 	results := make([]tokenlimit.Result, 1)
 	a, err := s.fault.Decide(ctx, claim, []resilient.Policy{{Store: c.limit.Store}}, results)
 	if err != nil || a.Source != resilient.FromStore || a.Full || !results[0].Allowed {
 		return // another replica's, or the store could not say: none sent
 	}
 	end := a.At.Add(results[0].ResetAfter)
-	level, kind := c.levelName, c.level.String()
-	if c.level == LevelPlan {
+	level, kind := w.levelName, w.level.String()
+	if w.level == LevelPlan {
 		level, kind = "config", "config"
-		if c.levelName != "" {
-			level, kind = c.levelName, "plan"
+		if w.levelName != "" {
+			level, kind = w.levelName, "plan"
 		}
 	}
 	s.alerts.Notify(alert.Event{
-		ID: alert.ID(c.item.Key, p, end), Limit: o.Name, Level: level, LevelKind: kind,
-		Threshold: alert.FormatPercent(p), Used: o.Limit - o.Remaining, LimitValue: o.Limit,
-		Unit: o.Unit.String(), PeriodEnd: end, At: at,
+		ID: alert.ID(w.key, p, end), Limit: w.name, Level: level, LevelKind: kind,
+		Threshold: alert.FormatPercent(p), Used: used, LimitValue: limitValue,
+		Unit: w.unit.String(), PeriodEnd: end, At: at,
 	})
+}
+
+// noteFormat is the first byte of a watchedBudget's note: a note of
+// another format (a replica of another version) is not read.
+const noteFormat = 1
+
+// note encodes w for a reservation's record: the format, then each field
+// (strings as their length and bytes, numbers as varints).
+func (w *watchedBudget) note() string {
+	b := make([]byte, 0, 32+len(w.key)+len(w.name)+len(w.levelName)+len(w.alertAt))
+	b = append(b, noteFormat)
+	b = appendNoteString(b, w.key)
+	b = binary.AppendUvarint(b, uint64(w.limit.Algorithm))
+	for _, v := range [...]int64{w.limit.Quota, int64(w.limit.Period), w.limit.Burst, int64(w.limit.Offset)} {
+		b = binary.AppendVarint(b, v)
+	}
+	b = appendNoteString(b, w.name)
+	b = append(b, byte(w.unit), byte(w.level))
+	b = appendNoteString(b, w.levelName)
+	b = binary.AppendUvarint(b, uint64(len(w.alertAt)))
+	for _, p := range w.alertAt {
+		b = binary.AppendUvarint(b, uint64(p))
+	}
+	return string(b)
+}
+
+func appendNoteString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// watchedFromNote decodes a note written by watchedBudget.note.
+func watchedFromNote(note string) (watchedBudget, error) {
+	r := noteReader{b: []byte(note)}
+	if len(r.b) == 0 || r.b[0] != noteFormat {
+		return watchedBudget{}, errors.New("service: an alert note of an unknown format")
+	}
+	r.b = r.b[1:]
+	var w watchedBudget
+	w.key = r.string()
+	w.limit.Algorithm = tokenlimit.Algorithm(r.uvarint())
+	w.limit.Quota, w.limit.Period, w.limit.Burst, w.limit.Offset = r.varint(), time.Duration(r.varint()), r.varint(), time.Duration(r.varint())
+	w.name = r.string()
+	w.unit, w.level = Unit(r.byte()), Level(r.byte())
+	w.levelName = r.string()
+	if n := r.uvarint(); n <= uint64(len(r.b)) {
+		w.alertAt = make([]int, n)
+		for i := range w.alertAt {
+			w.alertAt[i] = int(r.uvarint())
+		}
+	} else {
+		r.err = true
+	}
+	if r.err || len(r.b) != 0 {
+		return watchedBudget{}, errors.New("service: a malformed alert note")
+	}
+	return w, nil
+}
+
+// noteReader reads a note's fields; err records a field cut short.
+type noteReader struct {
+	b   []byte
+	err bool
+}
+
+func (r *noteReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err, r.b = true, nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *noteReader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err, r.b = true, nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *noteReader) byte() byte {
+	if len(r.b) == 0 {
+		r.err = true
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *noteReader) string() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err, r.b = true, nil
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
 }
 
 // claimLimit is the budget of an alert's claim for a budget of limit l:

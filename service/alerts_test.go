@@ -193,3 +193,77 @@ limits:
 		}
 	})
 }
+
+// TestAlertsOnSettleByID: a settlement that carries only the reservation's
+// id, made by another replica, raises the thresholds it crosses as any
+// settlement does (the budgets come back from the reservation's record),
+// once each across replicas; one that crosses nothing new raises none.
+func TestAlertsOnSettleByID(t *testing.T) {
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		hook := &webhook{}
+		srv := httptest.NewServer(hook)
+		defer srv.Close()
+		start := time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)
+		cfg := testkit.ParseConfig(t, `
+limits:
+  - {name: tokens, key: [user], algorithm: fixed_window, limit: 100/min, alert_at: ["50%", "80%"]}
+  - {name: quiet, key: [user], algorithm: fixed_window, limit: 1000/min}
+`)
+		withHook := func(o *service.Options) { o.Alerts = alert.Options{Webhook: srv.URL, Secret: []byte("k")} }
+		a := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: start, Metrics: true, Edit: withHook})
+		b := testkit.NewService(t, testkit.Setup{Store: store, Config: cfg, Start: start, Metrics: true, Redis: a.Redis,
+			Edit: func(o *service.Options) { withHook(o); o.Store = a.Store }})
+		defer a.Service.Close()
+		defer b.Service.Close()
+		ctx := context.Background()
+		req := service.Request{Descriptors: D{"user": "u"}, Cost: 10}
+		reserveOnA := func(id string) {
+			t.Helper()
+			d, err := a.Service.Reserve(ctx, id, req)
+			if err != nil || !d.Allowed || len(d.Alerts) != 0 {
+				t.Fatalf("reserve %s: %v, %s, alerts %v; want allowed, none crossed by the estimate", id, err, describe(d), d.Alerts)
+			}
+		}
+		settleOnB := func(id string, actual int64) {
+			t.Helper()
+			if st, err := b.Service.Settle(ctx, id, actual); err != nil || st != tokenlimit.Settled {
+				t.Fatalf("settle %s by id on the other replica: %v, %v", id, st, err)
+			}
+		}
+		reserveOnA("r1")
+		settleOnB("r1", 85) // 10 reserved, settled to 85: past 50% and 80%
+		testkit.Eventually(t, 10*time.Second, "the 50% and 80% events", func() bool { return len(hook.received()) >= 2 })
+		events := hook.received()
+		slices.SortFunc(events, func(x, y alert.Event) int { return strings.Compare(x.Threshold, y.Threshold) })
+		if len(events) != 2 || events[0].Threshold != "50%" || events[1].Threshold != "80%" {
+			t.Fatalf("events %+v, want 50%% and 80%%", events)
+		}
+		for _, e := range events {
+			if e.Used != 85 || e.LimitValue != 100 || e.Limit != "tokens" || e.Level != "config" || !e.PeriodEnd.Equal(time.Date(2026, 12, 2, 10, 1, 0, 0, time.UTC)) {
+				t.Errorf("event %+v; want tokens at 85 of 100, ending at 10:01", e)
+			}
+		}
+		for _, th := range []string{"50%", "80%"} {
+			onA := testkit.Metric(t, a.Registry, "tokenlimit_alerts_total", "limit", "tokens", "threshold", th)
+			onB := testkit.Metric(t, b.Registry, "tokenlimit_alerts_total", "limit", "tokens", "threshold", th)
+			if onA != 0 || onB != 1 {
+				t.Errorf("tokenlimit_alerts_total{threshold=%s}: %v on the reserving replica, %v on the settling one; want 0 and 1", th, onA, onB)
+			}
+		}
+		// Above both already: a settlement crosses nothing new.
+		reserveOnA("r2")
+		settleOnB("r2", 5)
+		if st, err := b.Service.Settle(ctx, "r2", 50); err != nil || st != tokenlimit.AlreadySettled {
+			t.Fatalf("settling r2 again: %v, %v; want already settled", st, err)
+		}
+		// The next window: the first settlement by id past 50% raises it.
+		a.Clock.Advance(time.Minute)
+		b.Clock.Advance(time.Minute)
+		reserveOnA("r3")
+		settleOnB("r3", 60)
+		testkit.Eventually(t, 10*time.Second, "the next window's 50% event", func() bool { return len(hook.received()) >= 3 })
+		if got := hook.received(); len(got) != 3 || got[2].Threshold != "50%" || got[2].Used != 60 {
+			t.Errorf("events %+v, want a third: 50%% at 60", got)
+		}
+	})
+}

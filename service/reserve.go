@@ -116,7 +116,7 @@ func (s *Service) reserveRequest(id string, b storeCall) (tokenlimit.ReserveRequ
 	for i, c := range b.checks {
 		rules[i], measured = settleRule(c, measured)
 	}
-	return tokenlimit.ReserveRequest{ID: id, Items: b.items, Rules: rules, TTL: s.opts.ReservationTTL}, measured
+	return tokenlimit.ReserveRequest{ID: id, Items: b.items, Rules: rules, TTL: s.opts.ReservationTTL, Notes: alertNotes(b.checks)}, measured
 }
 
 // reserveChecks reserves checks under id through the fault layer: on the
@@ -145,7 +145,6 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 	d.Reserved, d.Replayed, d.measured = res.OK(), res.Status() == tokenlimit.Replayed, measured
 	if d.Reserved && !d.Replayed && d.Allowed && a.Source == resilient.FromStore && !a.Full {
 		s.raiseAlerts(ctx, checks, &d) // the estimate charged crossed them
-		d.watched = watchAlerts(checks, d.Limits)
 	}
 	return d, nil
 }
@@ -211,8 +210,12 @@ func validID(id string) error {
 	return nil
 }
 
-// settleRequest applies a valid settlement.
+// settleRequest applies a valid settlement, and raises the alerts of the
+// budgets it moved past a threshold (their notes come back from the
+// reservation's record, whichever replica reserved it).
 func (s *Service) settleRequest(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	var noted []tokenlimit.Noted
+	req.Noted = &noted
 	st, err := s.fault.Settle(ctx, s.opts.Clock(), req)
 	if err != nil {
 		return 0, s.storeError(err)
@@ -221,6 +224,9 @@ func (s *Service) settleRequest(ctx context.Context, req tokenlimit.SettleReques
 		// A refund may have reopened budgets whose denials this process
 		// caches; which ones the record knows, not this process.
 		s.overLimit.forgetRefundable()
+		if len(noted) > 0 && !req.Cancel { // a cancellation only refunds
+			s.alertsAfterSettle(ctx, noted)
+		}
 	}
 	return st, nil
 }

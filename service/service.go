@@ -524,9 +524,6 @@ type Decision struct {
 	// measured are the costs of the reservation's limits counted in token
 	// classes, measure k's at k (see SettleUsage).
 	measured []measure
-	// watched are the reservation's limits with alert_at, for the
-	// thresholds its settlement crosses (alertsAfterSettle).
-	watched []watchedBudget
 }
 
 // Tightest returns the enforced outcome that constrains the request most (see

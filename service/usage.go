@@ -79,9 +79,6 @@ func (s *Service) SettleUsage(ctx context.Context, d Decision, actual int64, spe
 	}
 	measures := s.measures(d.measured, actual, usage)
 	st, err := s.settle(ctx, d.ReservationID, actual, spend, measures)
-	if err == nil && st == tokenlimit.Settled {
-		s.alertsAfterSettle(ctx, d.watched)
-	}
 	return st, charges(d.measured, measures), err
 }
 

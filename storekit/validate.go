@@ -142,6 +142,14 @@ func ValidateReserve(req tokenlimit.ReserveRequest, results []tokenlimit.Result)
 			return fieldErr("rules["+strconv.Itoa(i)+"]", "unknown settle rule %d", rule)
 		}
 	}
+	if len(req.Notes) != 0 && len(req.Notes) != len(req.Items) {
+		return fieldErr("notes", "need one note per item or none: %d items, %d notes", len(req.Items), len(req.Notes))
+	}
+	for i, note := range req.Notes {
+		if len(note) > tokenlimit.MaxNoteLength {
+			return fieldErr("notes["+strconv.Itoa(i)+"]", "must be at most %d bytes, got %d", tokenlimit.MaxNoteLength, len(note))
+		}
+	}
 	return ValidateItems(req.Items, results)
 }
 

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("script-cache-under-load", func(t *testing.T) { runScriptFlushUnderLoad(t, open) })
 	t.Run("reset", func(t *testing.T) { runReset(t, open) })
 	t.Run("log-entries", func(t *testing.T) { runLogEntries(t, open) })
+	t.Run("notes", func(t *testing.T) { runNotes(t, open) })
 }
 
 // Case is one behaviour: steps applied in order to a fresh key space.

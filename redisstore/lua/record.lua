@@ -1,9 +1,10 @@
 -- record.lua: reservation records (tokenlimit.Reserver), one string key
 -- holding a MessagePack array:
---   { state, digest, at µs, expires µs, results, items }
+--   { state, digest, at µs, expires µs, results, items[, notes] }
 -- results: 5 values per item (widen's form, lib.lua); items: per item
--- { algorithm, p1, p2, p3, cost, rule, key[, sum key] }. A settled record
--- drops its items; a tombstone is { TOMBSTONE, '', at, expires }. A record
+-- { algorithm, p1, p2, p3, cost, rule, key[, sum key] }; notes, when some
+-- item has one: pairs of the item's index and its note. A settled record
+-- drops its items and notes; a tombstone is { TOMBSTONE, '', at, expires }. A record
 -- is gone from expires on, in the store's time (the caller's in caller-time
 -- mode); its Redis TTL, the same plus the padding, only reclaims memory.
 
@@ -63,12 +64,53 @@ local function settle_delta(alg, num, cost, settled)
   return delta
 end
 
+-- Appends note s to reply after reply[r]: its length, then its bytes, 6
+-- per integer (exact in a Lua number), the last integer holding what is
+-- left. Returns the index of the last value.
+local function put_note(reply, r, s)
+  r = r + 1
+  reply[r] = #s
+  for i = 1, #s, 6 do
+    local v = 0
+    for j = i, math.min(i + 5, #s) do
+      v = v * 256 + string.byte(s, j)
+    end
+    r = r + 1
+    reply[r] = v
+  end
+  return r
+end
+
+-- Appends to reply, after reply[r], the noted items of rec (a record just
+-- settled, or nil for none): their number, then per item its note
+-- (put_note), its recorded result (widen's 5 values) and its limit (p1).
+-- Returns the index of the last value.
+local function put_noted(reply, r, rec)
+  local notes = rec and rec[7]
+  if not notes then
+    reply[r + 1] = 0
+    return r + 1
+  end
+  reply[r + 1] = #notes / 2
+  r = r + 1
+  local res = rec[5]
+  for j = 1, #notes, 2 do
+    local i = notes[j]
+    r = put_note(reply, r, notes[j + 1])
+    local o = 5 * (i - 1)
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = res[o + 1], res[o + 2], res[o + 3], res[o + 4], res[o + 5]
+    reply[r + 6] = rec[6][i][2]
+    r = r + 6
+  end
+  return r
+end
+
 -- settle_record applies a settlement (actual, or cancel) to the record at
 -- key, or writes a tombstone for ttl µs when there is none; forget deletes
 -- the record instead of keeping it settled; spend, if not nil, is what
 -- items under SETTLE_SPEND are set to, and measures[k + 1] what items
 -- under SETTLE_MEASURE + k are set to (those beyond measures keep their
--- charge). Returns the status.
+-- charge). Returns the status, and the record as it was when SETTLED.
 local function settle_record(key, now, pad, actual, cancel, ttl, forget, spend, measures)
   local rec = load_record(key, now)
   if not rec then
@@ -102,5 +144,5 @@ local function settle_record(key, now, pad, actual, cancel, ttl, forget, spend, 
   else
     save_record(key, { RECORD_SETTLED, rec[2], at, rec[4], rec[5] }, now, pad)
   end
-  return SETTLED
+  return SETTLED, rec
 end

@@ -8,8 +8,10 @@
 -- number of distinct limits m and their 4 values each, as check.lua's,
 -- then per reservation: now in µs or -1 for the server's TIME (read once
 -- per call), the number of items n, the record's TTL in µs, 2 values per
--- item as in check.lua (where its limit's values start, its cost), then
--- each item's settle rule; ARGV[3..]: each reservation's digest.
+-- item as in check.lua (where its limit's values start, its cost), each
+-- item's settle rule, then the number of noted items c and c pairs (the
+-- item's index from 1, its note: a string); ARGV[3..]: each reservation's
+-- digest.
 -- KEYS: per reservation its record, then its items' keys as in check.lua.
 -- Reply: per reservation its time (the recorded one for a replay), its
 -- status, then, unless it is CONFLICT or CLOSED, its items' results
@@ -64,11 +66,16 @@ local function reserve(keys, argv)
       local results, all = widen(reply, r + 2, n)
       if all then
         reply[r + 2] = RESERVED
-        save_record(record, { RECORD_RESERVED, digest, now, now + ttl, results, record_items(keys, p, a, n, k + 1) }, now, pad)
+        local rec = { RECORD_RESERVED, digest, now, now + ttl, results, record_items(keys, p, a, n, k + 1) }
+        local c = p[a + 3 * n + 1]
+        if c > 0 then
+          rec[7] = { unpack(p, a + 3 * n + 2, a + 3 * n + 1 + 2 * c) }
+        end
+        save_record(record, rec, now, pad)
       end
       k = next_k
     end
-    a = a + 3 * n
+    a = a + 3 * n + 1 + 2 * p[a + 3 * n + 1]
   end
   return reply
 end

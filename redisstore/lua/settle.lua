@@ -12,20 +12,23 @@
 -- reservation; else 0), the tombstone's TTL in µs, and the number of
 -- measures m (tokenlimit.SettleRequest.Measures), followed by the m
 -- measures.
--- Reply: each settlement's status.
+-- Reply: per settlement its status, then its noted items (put_noted,
+-- record.lua).
 
 local function settle(keys, argv)
   local pad = tonumber(argv[1])
   local p = cmsgpack.unpack(argv[2])
-  local reply, server, a = { nil }, nil, 0 -- sized for a lone settlement
+  local reply, server, a, r = { nil, nil }, nil, 0, 0 -- sized for a lone settlement
   for i = 1, #keys do
     local now, spend, m = p[a + 1], p[a + 3], p[a + 7]
     now, server = packed_clock(now, server)
     if spend < 0 then
       spend = nil
     end
-    reply[i] = settle_record(keys[i], now, pad, p[a + 2], p[a + 4] == 1, p[a + 6], p[a + 5] == 1, spend,
+    local status, rec = settle_record(keys[i], now, pad, p[a + 2], p[a + 4] == 1, p[a + 6], p[a + 5] == 1, spend,
       { unpack(p, a + 8, a + 7 + m) })
+    reply[r + 1] = status
+    r = put_noted(reply, r + 1, rec)
     a = a + 7 + m
   end
   return reply
