@@ -111,12 +111,14 @@ type part struct {
 	policies []Policy
 	results  []tokenlimit.Result
 	rules    []tokenlimit.SettleRule
+	notes    []string
 	// admitted is the part's answer once it admitted the call.
 	admitted Answer
 }
 
-// split cuts a call into its stores' parts, in the stores' order.
-func (s *Stores) split(items []tokenlimit.Item, policies []Policy, rules []tokenlimit.SettleRule) ([]part, error) {
+// split cuts a call into its stores' parts, in the stores' order, with
+// the rules and notes of a reservation's items (nil for a check).
+func (s *Stores) split(items []tokenlimit.Item, policies []Policy, rules []tokenlimit.SettleRule, notes []string) ([]part, error) {
 	parts := make([]part, len(s.layers))
 	for i, p := range policies {
 		l, err := s.index(p.Store)
@@ -129,6 +131,9 @@ func (s *Stores) split(items []tokenlimit.Item, policies []Policy, rules []token
 		pt.policies = append(pt.policies, p)
 		if len(rules) > 0 {
 			pt.rules = append(pt.rules, rules[i])
+		}
+		if len(notes) > 0 {
+			pt.notes = append(pt.notes, notes[i])
 		}
 	}
 	out := parts[:0]
@@ -175,7 +180,7 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 	case one:
 		return s.layers[l].Decide(ctx, items, policies, results)
 	}
-	parts, err := s.split(items, policies, nil)
+	parts, err := s.split(items, policies, nil, nil)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -232,7 +237,7 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 	case one:
 		return s.layers[l].DecideReservation(ctx, req, policies, results)
 	}
-	parts, err := s.split(req.Items, policies, req.Rules)
+	parts, err := s.split(req.Items, policies, req.Rules, req.Notes)
 	if err != nil {
 		return nil, Answer{}, err
 	}
@@ -240,7 +245,7 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 	var res *tokenlimit.Reservation
 	for k := range parts {
 		pt := &parts[k]
-		preq := tokenlimit.ReserveRequest{ID: req.ID, Items: pt.items, Rules: pt.rules, TTL: req.TTL}
+		preq := tokenlimit.ReserveRequest{ID: req.ID, Items: pt.items, Rules: pt.rules, TTL: req.TTL, Notes: pt.notes}
 		r, a, err := pt.layer.DecideReservation(ctx, preq, pt.policies, pt.results)
 		if err == nil {
 			pt.copyResults(results)
@@ -279,15 +284,21 @@ func (s *Stores) undo(ctx context.Context, parts []part, req tokenlimit.ReserveR
 // AlreadySettled, then UnknownReservation), and the error the first
 // store's that failed (retrying is safe: settling applies once). A store
 // without the record keeps a tombstone of the id (SettleRequest.TTL).
+// req.Noted receives the noted items of every store that settled.
 func (s *Stores) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	if len(s.layers) == 1 {
 		return s.layers[0].Settle(ctx, now, req)
 	}
 	statuses := make([]tokenlimit.SettleStatus, len(s.layers))
 	errs := make([]error, len(s.layers))
+	noted := make([][]tokenlimit.Noted, len(s.layers))
 	var wg sync.WaitGroup
 	for i, l := range s.layers {
-		wg.Go(func() { statuses[i], errs[i] = l.Settle(ctx, now, req) })
+		lreq := req
+		if req.Noted != nil {
+			lreq.Noted = &noted[i] // each store its own: they settle at once
+		}
+		wg.Go(func() { statuses[i], errs[i] = l.Settle(ctx, now, lreq) })
 	}
 	wg.Wait()
 	status := tokenlimit.UnknownReservation
@@ -296,6 +307,9 @@ func (s *Stores) Settle(ctx context.Context, now time.Time, req tokenlimit.Settl
 			return 0, errs[i]
 		}
 		status = min(status, statuses[i]) // Settled before AlreadySettled before UnknownReservation
+	}
+	if req.Noted != nil {
+		*req.Noted = slices.Concat(noted...)
 	}
 	return status, nil
 }

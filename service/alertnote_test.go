@@ -16,7 +16,7 @@ func TestAlertNoteRoundTrip(t *testing.T) {
 	for _, w := range []watchedBudget{
 		{key: "{team=acme}|usd-monthly|team=acme|2026-12", limit: tokenlimit.Limit{Algorithm: tokenlimit.FixedWindow, Quota: 50_000_000, Period: 31 * 24 * time.Hour, Offset: 7 * time.Hour},
 			name: "usd-monthly", unit: USD, level: LevelTeam, levelName: "acme", alertAt: []int{80, 95}},
-		{key: "tokens|user=u", limit: tokenlimit.TokenBucketLimit(1000, 10, time.Second), name: "tokens", unit: Tokens, level: LevelPlan, alertAt: []int{1, 100}},
+		{key: "tokens|user=u", store: "home", limit: tokenlimit.TokenBucketLimit(1000, 10, time.Second), name: "tokens", unit: Tokens, level: LevelPlan, alertAt: []int{1, 100}},
 		{key: strings.Repeat("k", tokenlimit.MaxKeyLength), limit: tokenlimit.GCRALimit(5, 1, time.Minute), name: "n", level: LevelKey, levelName: "laptop", alertAt: []int{50}},
 	} {
 		note := w.note()

@@ -63,6 +63,7 @@ func (s *Service) raiseAlerts(ctx context.Context, checks []check, d *Decision) 
 // settlement crossed.
 type watchedBudget struct {
 	key       string
+	store     string // the limit's store ("" for the main one)
 	limit     tokenlimit.Limit
 	name      string
 	unit      Unit
@@ -73,7 +74,7 @@ type watchedBudget struct {
 
 // watchedOf returns c's budget as watched.
 func watchedOf(c *check) watchedBudget {
-	return watchedBudget{key: c.item.Key, limit: c.item.Limit, name: c.limit.Name, unit: unitOf(c.limit),
+	return watchedBudget{key: c.item.Key, store: c.limit.Store, limit: c.item.Limit, name: c.limit.Name, unit: unitOf(c.limit),
 		level: c.level, levelName: c.levelName, alertAt: c.limit.AlertAt}
 }
 
@@ -118,11 +119,12 @@ func (s *Service) alertsAfterSettle(ctx context.Context, noted []tokenlimit.Note
 		return
 	}
 	items := make([]tokenlimit.Item, len(watched))
+	policies := make([]resilient.Policy, len(watched)) // closed: the store's answer or none
 	for i, w := range watched {
-		items[i] = tokenlimit.Item{Key: w.key, Limit: w.limit}
+		items[i], policies[i] = tokenlimit.Item{Key: w.key, Limit: w.limit}, resilient.Policy{Store: w.store}
 	}
 	results := make([]tokenlimit.Result, len(items))
-	a, err := s.fault.Decide(ctx, items, make([]resilient.Policy, len(items)), results) // closed: the store's answer or none
+	a, err := s.fault.Decide(ctx, items, policies, results)
 	if err != nil || a.Source != resilient.FromStore || a.Full {
 		return
 	}
@@ -141,7 +143,7 @@ func (s *Service) alertsAfterSettle(ctx context.Context, noted []tokenlimit.Note
 func (s *Service) claimAlert(ctx context.Context, w *watchedBudget, used, limitValue int64, p int, at time.Time) {
 	claim := []tokenlimit.Item{{Key: w.key + "|alert=" + strconv.Itoa(p), Cost: 1, Limit: claimLimit(w.limit)}}
 	results := make([]tokenlimit.Result, 1)
-	a, err := s.fault.Decide(ctx, claim, []resilient.Policy{{Store: c.limit.Store}}, results)
+	a, err := s.fault.Decide(ctx, claim, []resilient.Policy{{Store: w.store}}, results)
 	if err != nil || a.Source != resilient.FromStore || a.Full || !results[0].Allowed {
 		return // another replica's, or the store could not say: none sent
 	}
@@ -167,9 +169,10 @@ const noteFormat = 1
 // note encodes w for a reservation's record: the format, then each field
 // (strings as their length and bytes, numbers as varints).
 func (w *watchedBudget) note() string {
-	b := make([]byte, 0, 32+len(w.key)+len(w.name)+len(w.levelName)+len(w.alertAt))
+	b := make([]byte, 0, 32+len(w.key)+len(w.store)+len(w.name)+len(w.levelName)+len(w.alertAt))
 	b = append(b, noteFormat)
 	b = appendNoteString(b, w.key)
+	b = appendNoteString(b, w.store)
 	b = binary.AppendUvarint(b, uint64(w.limit.Algorithm))
 	for _, v := range [...]int64{w.limit.Quota, int64(w.limit.Period), w.limit.Burst, int64(w.limit.Offset)} {
 		b = binary.AppendVarint(b, v)
@@ -196,7 +199,7 @@ func watchedFromNote(note string) (watchedBudget, error) {
 	}
 	r.b = r.b[1:]
 	var w watchedBudget
-	w.key = r.string()
+	w.key, w.store = r.string(), r.string()
 	w.limit.Algorithm = tokenlimit.Algorithm(r.uvarint())
 	w.limit.Quota, w.limit.Period, w.limit.Burst, w.limit.Offset = r.varint(), time.Duration(r.varint()), r.varint(), time.Duration(r.varint())
 	w.name = r.string()

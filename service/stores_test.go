@@ -3,10 +3,14 @@ package service_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/alert"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/tcprelay"
@@ -241,5 +245,48 @@ limits:
 	_, err := service.New(other, service.Options{Store: testkit.MemStore(t)})
 	if err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("New with a limit on a store it is not given: %v, want an error", err)
+	}
+}
+
+// TestNamedStoreSettleByIDRaisesAlerts: a reservation spanning stores
+// keeps its alert notes in each store's part, and a settlement by id alone
+// on another replica raises what it crossed in both.
+func TestNamedStoreSettleByIDRaisesAlerts(t *testing.T) {
+	t.Parallel()
+	const yml = `
+stores:
+  home: {redis: "redis://127.0.0.1:1"}
+limits:
+  - {name: global, key: [tenant], algorithm: fixed_window, limit: 100/h, store: home, alert_at: ["50%"]}
+  - {name: local, key: [user], algorithm: fixed_window, limit: 200/h, alert_at: ["25%"]}
+`
+	hook := &webhook{}
+	srv := httptest.NewServer(hook)
+	defer srv.Close()
+	cfg := testkit.ParseConfig(t, yml)
+	home := testkit.RedisStore(t, redistest.Start(t).Addr(), testkit.Rueidis)
+	edit := func(o *service.Options) {
+		o.Stores = map[string]service.NamedStore{"home": {Store: home}}
+		o.Alerts = alert.Options{Webhook: srv.URL, Secret: []byte("k")}
+	}
+	a := testkit.NewService(t, testkit.Setup{Store: testkit.Redis, Config: cfg, Start: t0, Edit: edit})
+	b := testkit.NewService(t, testkit.Setup{Store: testkit.Redis, Config: cfg, Start: t0, Redis: a.Redis,
+		Edit: func(o *service.Options) { edit(o); o.Store = a.Store }})
+	defer a.Service.Close()
+	defer b.Service.Close()
+	ctx := context.Background()
+	d, err := a.Service.Reserve(ctx, "across", service.Request{Descriptors: D{"tenant": "acme", "user": "u"}, Cost: 10})
+	if err != nil || !d.Allowed || len(d.Alerts) != 0 {
+		t.Fatalf("reserve: %v, %s, alerts %v; want allowed, nothing crossed", err, describe(d), d.Alerts)
+	}
+	if st, err := b.Service.Settle(ctx, "across", 60); err != nil || st != tokenlimit.Settled {
+		t.Fatalf("settle by id on the other replica: %v, %v", st, err)
+	}
+	testkit.Eventually(t, 10*time.Second, "both stores' events", func() bool { return len(hook.received()) >= 2 })
+	events := hook.received()
+	slices.SortFunc(events, func(x, y alert.Event) int { return strings.Compare(x.Limit, y.Limit) })
+	if len(events) != 2 || events[0].Limit != "global" || events[0].Threshold != "50%" || events[0].Used != 60 ||
+		events[1].Limit != "local" || events[1].Threshold != "25%" || events[1].Used != 60 {
+		t.Fatalf("events %+v; want global's 50%% and local's 25%%, each at 60", events)
 	}
 }
