@@ -108,6 +108,11 @@ type Answer struct {
 	// (HeldLocal, Unavailable: the sources say which); nil when every item
 	// is. The results of the others are not set.
 	Items []int
+	// Local, in an admitting answer of a call spanning stores (Stores)
+	// where some stores answered and others failed over (FromLocal), are
+	// the indexes of the items decided on local budgets; nil when Source
+	// says it of every item.
+	Local []int
 }
 
 // ErrTooManyReservations: FailoverOptions.MaxReservations settlements

@@ -184,7 +184,6 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 	if err != nil {
 		return Answer{}, err
 	}
-	var whole Answer
 	for k := range parts {
 		pt := &parts[k]
 		a, err := pt.layer.Decide(ctx, pt.items, pt.policies, pt.results)
@@ -199,19 +198,23 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 			return pt.answerOf(a), nil
 		}
 		parts[k].admitted = a
-		whole = merge(whole, a, k == 0)
 	}
-	return whole, nil
+	return merge(parts), nil
 }
 
-// merge adds a part's admitting answer a to whole: the first part's time,
-// and FromLocal if any part was decided on its local budgets.
-func merge(whole, a Answer, first bool) Answer {
-	if first {
-		return Answer{At: a.At, Allowed: true, Source: a.Source}
+// merge is the answer of a call whose parts all admitted it: the first
+// part's time, and FromLocal with the items decided locally (Answer.Local)
+// if any part was decided on its local budgets.
+func merge(parts []part) Answer {
+	whole := Answer{At: parts[0].admitted.At, Allowed: true}
+	var local []int
+	for _, pt := range parts {
+		if pt.admitted.Source == FromLocal {
+			local = append(local, pt.indexes...)
+		}
 	}
-	if a.Source == FromLocal {
-		whole.Source = FromLocal
+	if local != nil {
+		whole.Source, whole.Local = FromLocal, local
 	}
 	return whole
 }
@@ -241,7 +244,6 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 	if err != nil {
 		return nil, Answer{}, err
 	}
-	var whole Answer
 	var res *tokenlimit.Reservation
 	for k := range parts {
 		pt := &parts[k]
@@ -260,9 +262,9 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 		if res == nil || r.Status() == tokenlimit.Reserved {
 			res = r
 		}
-		whole = merge(whole, a, k == 0)
+		parts[k].admitted = a
 	}
-	return res, whole, nil
+	return res, merge(parts), nil
 }
 
 // undo takes back the reservations of parts, each reserved under req.ID.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
@@ -69,6 +70,11 @@ func (s *Service) decision(a resilient.Answer, b storeCall) Decision {
 	failOpen := a.Source == resilient.FromLocal || a.Source == resilient.HeldLocal
 	if a.Items == nil {
 		d.Limits = fillOutcomes(b.outcomes, checks, b.results, failOpen)
+		if a.Local != nil { // a call spanning stores: only some failed over
+			for i := range d.Limits {
+				d.Limits[i].FailOpen = slices.Contains(a.Local, i)
+			}
+		}
 		return d
 	}
 	d.Limits = make([]Outcome, len(a.Items))
