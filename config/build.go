@@ -41,7 +41,7 @@ type rawLimit struct {
 	Rate          string            `yaml:"rate"`
 	MaxBurst      yaml.Node         `yaml:"max_burst"`
 	Calendar      string            `yaml:"calendar"`
-	Lease         string            `yaml:"lease"`
+	Lease         yaml.Node         `yaml:"lease"`
 	Cost          yaml.Node         `yaml:"cost"`
 	Shadow        bool              `yaml:"shadow"`
 	FailureMode   string            `yaml:"failure_mode"`
@@ -378,9 +378,6 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 		b.fail(at(path, "algorithm"), "unknown algorithm %q (want one of %s)", r.Algorithm, algorithmNames)
 	} else {
 		l.Limit = b.params(path, alg, b.rawParams(path, usd, r.Limit, &r.Capacity, r.Refill, r.Rate, &r.MaxBurst))
-		if r.Lease != "" {
-			b.fail(at(path, "lease"), "only a concurrency limit has a lease")
-		}
 		l.Cost = b.cost(at(path, "cost"), &r.Cost)
 		if usd {
 			l.Cost = Cost{Spend: true}
@@ -408,7 +405,82 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.onExhaust(path, r, &l)
 	b.alertAt(path, r, &l)
 	b.wait(path, r, &l)
+	if r.Algorithm != "concurrency" {
+		b.lease(path, r, &l)
+	}
 	return l, len(b.errs) == before
+}
+
+// rawLease is a limit's lease: {size: N, ttl: DURATION}.
+type rawLease struct {
+	Size *int64 `yaml:"size"`
+	TTL  string `yaml:"ttl"`
+}
+
+// lease applies lease, the terms on which replicas lease the budget
+// (tokenlimit.Lease), once the limit's other fields are read.
+func (b *builder) lease(path []any, r *rawLimit, l *Limit) {
+	path = at(path, "lease")
+	switch {
+	case r.Lease.Kind == 0:
+		return
+	case r.Lease.Kind != yaml.MappingNode:
+		b.fail(path, "want {size: N, ttl: DURATION}, such as {size: 100, ttl: 5s}")
+		return
+	}
+	var raw rawLease
+	b.decode(path, &r.Lease, &raw)
+	var terms tokenlimit.Lease
+	switch {
+	case raw.Size == nil:
+		b.fail(at(path, "size"), "missing: the cost one lease takes from the budget, such as 100")
+	default:
+		terms.Size = *raw.Size
+	}
+	if raw.TTL == "" {
+		b.fail(at(path, "ttl"), "missing: how long a lease decides calls, such as 5s")
+	} else if d, err := time.ParseDuration(raw.TTL); err != nil {
+		b.fail(at(path, "ttl"), "want a duration such as 500ms or 5s, got %q", raw.TTL)
+	} else {
+		terms.TTL = d
+	}
+	if raw.Size == nil || terms.TTL == 0 {
+		return
+	}
+	switch {
+	case r.Shadow:
+		b.fail(path, "a shadow limit is only reported: there is nothing to decide from a lease")
+	case len(l.AlertAt) > 0:
+		b.fail(path, "alert_at names the request that crosses a threshold, and a leased budget is charged a lease at a time: use one or the other")
+	case l.RLSOverride:
+		b.fail(path, "rls_limit_override gives each request its own limit, and a lease is taken on one")
+	}
+	if err := terms.Validate(leaseWindow(l)); err != nil {
+		var fe *tokenlimit.FieldError
+		if errors.As(err, &fe) {
+			field := at(path[:len(path)-1])
+			for _, name := range strings.Split(fe.Field, ".") {
+				field = append(field, name)
+			}
+			b.fail(field, "%s", fe.Reason)
+		}
+		return
+	}
+	l.Lease = terms
+}
+
+// leaseWindow is the limit a lease's terms are checked against: a
+// calendar limit's shortest window (a day of 23 hours, a month of 28
+// days), otherwise the limit itself.
+func leaseWindow(l *Limit) tokenlimit.Limit {
+	limit := l.Limit
+	switch l.Calendar {
+	case Day:
+		limit.Period = 23 * time.Hour
+	case Month:
+		limit.Period = 28 * 24 * time.Hour
+	}
+	return limit
 }
 
 // onExhaust applies on_exhaust, what a stream does once the budget cannot
@@ -543,8 +615,12 @@ func (b *builder) concurrency(path []any, r *rawLimit, l *Limit) {
 		b.fail(at(path, "limit"), "a concurrency limit is a count of requests in flight, 1..%d; got %q", tokenlimit.MaxLogEntries, r.Limit)
 	}
 	lease := DefaultLease
-	if r.Lease != "" {
-		if lease, err = ParsePeriod(r.Lease); err != nil {
+	switch {
+	case r.Lease.Kind == 0:
+	case r.Lease.Kind != yaml.ScalarNode:
+		b.fail(at(path, "lease"), "a concurrency limit's lease is how long a slot is held when its holder never releases it, a period such as 10m")
+	default:
+		if lease, err = ParsePeriod(r.Lease.Value); err != nil {
 			b.fail(at(path, "lease"), "%v", err)
 		}
 	}

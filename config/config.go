@@ -106,6 +106,10 @@ type Limit struct {
 	// log whose window is the lease (a crashed holder's slot comes back when
 	// its lease ends), each reservation takes 1 and settling releases it.
 	Concurrency bool
+	// Lease, when on, lets each replica decide the limit's calls from a
+	// share of its budget leased from the store (see resilient): not for
+	// concurrency, sliding or shadow limits.
+	Lease tokenlimit.Lease
 	// Calendar, if not NoCalendar, aligns the limit's window to calendar
 	// days or months in Config.Location.
 	Calendar Calendar

@@ -563,3 +563,27 @@ func BenchmarkParseManyAPIKeys(b *testing.B) {
 		}
 	}
 }
+
+// A lease reads as its terms, on every algorithm that takes one; a
+// calendar month's lease may outlive the day its quota is written per.
+func TestParseLease(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+limits:
+  - {name: bucket, algorithm: token_bucket, capacity: 1000, refill: 100/s, lease: {size: 100, ttl: 2s}}
+  - {name: cell, algorithm: gcra, rate: 100/s, max_burst: 99, lease: {size: 10, ttl: 500ms}}
+  - {name: window, algorithm: fixed_window, limit: 1000/min, lease: {size: 50, ttl: 1m}}
+  - {name: monthly, algorithm: fixed_window, limit: 5000/day, calendar: month, lease: {size: 50, ttl: 48h}}
+  - {name: plain, algorithm: fixed_window, limit: 1000/min}
+`), "lease.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []tokenlimit.Lease{{Size: 100, TTL: 2 * time.Second}, {Size: 10, TTL: 500 * time.Millisecond},
+		{Size: 50, TTL: time.Minute}, {Size: 50, TTL: 48 * time.Hour}, {}}
+	for i, l := range cfg.Limits {
+		if l.Lease != want[i] {
+			t.Errorf("limit %s: lease %+v, want %+v", l.Name, l.Lease, want[i])
+		}
+	}
+}

@@ -63,10 +63,14 @@ type Policy struct {
 	// Shadow items are only reported: their answers are not remembered,
 	// and while the store fails they are not decided (as fail-closed ones).
 	Shadow bool
-	// Lease items are concurrency slots, released by the store by their
-	// lease alone: what they admit locally is not written back and they do
-	// not recover.
-	Lease bool
+	// Concurrency items are slots of a concurrency limit, released by the
+	// store at the end of their lease alone: what they admit locally is not
+	// written back and they do not recover.
+	Concurrency bool
+	// Lease, when on, lets each replica decide the item from a share of
+	// its budget leased from the store (lease.go). The zero value takes
+	// none.
+	Lease tokenlimit.Lease
 	// Store names the store the item's budget lives in, for Stores: ""
 	// for the main one.
 	Store string
@@ -358,9 +362,9 @@ func scaled(localCap, remaining, capacity int64) int64 {
 // Admitted records that the local budget admitted item (r its result at
 // at), to write back to the store once it answers; at plus r.ResetAfter
 // is when the local budget would be whole again (nothing is written back
-// after that). Leases and items of no cost are not written back.
+// after that). Concurrency slots and items of no cost are not written back.
 func (f *FailOpen) Admitted(item tokenlimit.Item, p Policy, r tokenlimit.Result, at, now time.Time) {
-	if p.Lease || item.Cost == 0 {
+	if p.Concurrency || item.Cost == 0 {
 		return
 	}
 	k := f.keyOf(item)
@@ -382,7 +386,7 @@ func (f *FailOpen) Admitted(item tokenlimit.Item, p Policy, r tokenlimit.Result,
 // what waits to be written back): the call that admitted it was refused
 // by another store.
 func (f *FailOpen) Refunded(item tokenlimit.Item, p Policy) {
-	if p.Lease || item.Cost == 0 || !f.AnyPending() {
+	if p.Concurrency || item.Cost == 0 || !f.AnyPending() {
 		return
 	}
 	k := f.keyOf(item)
@@ -499,10 +503,10 @@ func (f *FailOpen) on(m *budgetMemory, e Event, at, whole time.Time) bool {
 }
 
 // AnsweredLocally records that the local budget answered item (scaled to
-// its share) at at with r: its budget recovers from now on. Leases are
-// released by the store by themselves: they do not.
+// its share) at at with r: its budget recovers from now on. Concurrency
+// slots are released by the store by themselves: they do not.
 func (f *FailOpen) AnsweredLocally(item tokenlimit.Item, p Policy, r tokenlimit.Result, at, now time.Time) {
-	if p.Lease {
+	if p.Concurrency {
 		return
 	}
 	k := f.keyOf(item)
@@ -534,9 +538,9 @@ func (f *FailOpen) AnyRecovering() bool { return f.recovering.Load() > 0 }
 // must be admitted on its local budget as well as by the store. unseen
 // reports that the store has not answered for it since its local budget
 // did. A budget whose recovery has ended stops recovering. Shadow items,
-// leases, items of no cost and fail-closed items never recover.
+// concurrency slots, items of no cost and fail-closed items never recover.
 func (f *FailOpen) Recovering(item tokenlimit.Item, p Policy, now time.Time) (recovering, unseen bool) {
-	if !f.AnyRecovering() || !p.Open || p.Shadow || p.Lease || item.Cost == 0 {
+	if !f.AnyRecovering() || !p.Open || p.Shadow || p.Concurrency || item.Cost == 0 {
 		return false, false
 	}
 	k := f.keyOf(item)

@@ -53,13 +53,20 @@ type FailoverOptions struct {
 	// Policy is what every item does when the layer is used as a
 	// tokenlimit.Store (storeview.go); the zero value fails closed.
 	Policy Policy
+	// LeaseKeys bounds the budgets holding leases (Policy.Lease); calls
+	// of other budgets are decided on the store. 100,000 when 0.
+	LeaseKeys int
+	// AfterFunc runs fn once d has passed on Options.Clock, and returns a
+	// function that stops it: the timers of leases. time.AfterFunc when
+	// nil; tests with a fake clock pass theirs.
+	AfterFunc func(d time.Duration, fn func()) (stop func() bool)
 }
 
 // Observer receives the layer's events. Nil fields are skipped. The
 // functions are called on the decision's path: they must be quick.
 type Observer struct {
 	// StoreFailed: a store call of op failed ("check", "reserve",
-	// "settle").
+	// "settle", "lease").
 	StoreFailed func(op string)
 	// OutcomeUnknown: a check failed or was given up after it was sent:
 	// the store may have applied it.
@@ -68,6 +75,9 @@ type Observer struct {
 	// (WritebackOK), kept after a failed write (WritebackFailed) or
 	// dropped (WritebackExpired, WritebackEvicted).
 	Writeback func(limit, result string, cost int64)
+	// Lease: a lease of limit was taken, denied, failed, returned or
+	// left standing (LeaseEvent), of amount.
+	Lease func(limit string, event LeaseEvent, amount int64)
 }
 
 // Source says who answered a Failover call.
@@ -83,6 +93,9 @@ const (
 	// HeldLocal: budgets recovering from an outage were denied by their
 	// local budgets (Answer.Items) before the store was asked.
 	HeldLocal
+	// FromLease: every item was paid from this replica's leases
+	// (Policy.Lease); the store was not asked.
+	FromLease
 	// Unavailable: the store failed and fail-closed items (Answer.Items)
 	// cannot be decided without it: the request is refused.
 	Unavailable
@@ -90,7 +103,7 @@ const (
 
 // String names the source.
 func (s Source) String() string {
-	return [...]string{"store", "local", "held-local", "unavailable"}[s]
+	return [...]string{"store", "local", "held-local", "unavailable", "lease"}[s]
 }
 
 // Answer is a Failover decision.
@@ -137,13 +150,17 @@ type Failover struct {
 	ttl        time.Duration
 	log        *slog.Logger
 	observer   Observer
-	policy     Policy // FailoverOptions.Policy
+	policy     Policy  // FailoverOptions.Policy
+	leases     *leases // nil when the store keeps no reservations
 }
 
 // NewFailover returns the fault layer over store.
 func NewFailover(store tokenlimit.Store, opts FailoverOptions) (*Failover, error) {
 	if p := opts.Policy; p.Open && (p.Share <= 0 || p.Share > 1) {
 		return nil, fmt.Errorf("resilient: NewFailover: Policy.Share must be in (0, 1] for an open policy, got %v", p.Share)
+	}
+	if l := opts.Policy.Lease; l.On() && (l.TTL < time.Millisecond || l.TTL > tokenlimit.MaxPeriod) {
+		return nil, fmt.Errorf("resilient: NewFailover: Policy.Lease.TTL must be 1ms..%s, got %s", tokenlimit.MaxPeriod, l.TTL)
 	}
 	opts = withFailoverDefaults(opts)
 	guard, err := New(store, opts.Options)
@@ -163,6 +180,9 @@ func NewFailover(store tokenlimit.Store, opts FailoverOptions) (*Failover, error
 		return nil, fmt.Errorf("resilient: %w", err)
 	}
 	f.memory = NewFailOpen(opts.FailOpenKeys, opts.Recovery, opts.Observer.Writeback)
+	if _, ok := store.(tokenlimit.Reserver); ok {
+		f.leases = newLeases(f, opts.LeaseKeys, opts.AfterFunc)
+	}
 	return f, nil
 }
 
@@ -178,7 +198,7 @@ func withFailoverDefaults(o FailoverOptions) FailoverOptions {
 	if o.ReservationTTL == 0 {
 		o.ReservationTTL = DefaultReservationTTL
 	}
-	for _, n := range []*int{&o.LocalMaxKeys, &o.MaxReservations, &o.FailOpenKeys} {
+	for _, n := range []*int{&o.LocalMaxKeys, &o.MaxReservations, &o.FailOpenKeys, &o.LeaseKeys} {
 		if *n == 0 {
 			*n = DefaultBound
 		}
@@ -188,6 +208,9 @@ func withFailoverDefaults(o FailoverOptions) FailoverOptions {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.AfterFunc == nil {
+		o.AfterFunc = func(d time.Duration, fn func()) func() bool { return time.AfterFunc(d, fn).Stop }
 	}
 	return o
 }
@@ -219,6 +242,14 @@ func (f *Failover) Health(ctx context.Context) Health {
 // caller's context error when it gave up; a store failure is an answer
 // (FromLocal, Unavailable), and so is a full store (Answer.Full).
 func (f *Failover) Decide(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	if f.leases != nil && anyLeased(policies) {
+		return f.decideLeased(ctx, items, policies, results)
+	}
+	return f.decide(ctx, items, policies, results)
+}
+
+// decide is Decide without leases.
+func (f *Failover) decide(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
 	h, a, held := f.holdLocal(ctx, items, policies, results)
 	if held {
 		return a, nil
@@ -278,6 +309,7 @@ const (
 	opReserve = "reserve"
 	opSettle  = "settle"
 	opRefund  = "refund"
+	opLease   = "lease"
 )
 
 // call runs op against the store through the guard (a caller that has
@@ -377,11 +409,13 @@ func (f *Failover) charge(ctx context.Context, w Writeback) error {
 // on the store (through the guard, past the caller's cancellation: it may
 // be what ended the call), or on the local budgets, and then from what
 // waits to be written back. A refund the store does not take leaves the
-// charge standing until the budget refills it (logged).
+// charge standing until the budget refills it (logged). A leased item
+// keeps its charge (it may have been paid from a lease, which the store
+// must not be refunded): under-admission of its cost, never more.
 func (f *Failover) refund(ctx context.Context, items []tokenlimit.Item, policies []Policy, a Answer) {
 	var adjs []tokenlimit.Adjustment
 	for i, it := range items {
-		if it.Cost > 0 {
+		if it.Cost > 0 && !(a.Source != FromLocal && f.leases != nil && leasable(it, policies[i])) {
 			if a.Source == FromLocal {
 				it.Limit = ShareOf(it.Limit, policies[i].Share)
 			}

@@ -331,3 +331,47 @@ func (s *Stores) Health(ctx context.Context) []StoreHealth {
 	}
 	return out
 }
+
+// Close closes every store's layer (Failover.Close: their leases are
+// returned), waiting for them or for ctx; the first error is returned.
+func (s *Stores) Close(ctx context.Context) error {
+	return s.eachLayer(func(f *Failover) error { return f.Close(ctx) })
+}
+
+// ReturnLeases returns the leases of every store's layer
+// (Failover.ReturnLeases); the first error is returned.
+func (s *Stores) ReturnLeases(ctx context.Context) error {
+	return s.eachLayer(func(f *Failover) error { return f.ReturnLeases(ctx) })
+}
+
+// eachLayer runs fn on every layer at once and returns the first error.
+func (s *Stores) eachLayer(fn func(f *Failover) error) error {
+	errs := make([]error, len(s.layers))
+	var wg sync.WaitGroup
+	for i, l := range s.layers {
+		wg.Go(func() { errs[i] = fn(l) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LeaseStats returns what each limit's leases hold on this replica, over
+// every store (a limit's budgets live in one store), by the limit's name.
+func (s *Stores) LeaseStats() map[string]LeaseStats {
+	out := map[string]LeaseStats{}
+	for _, l := range s.layers {
+		for name, st := range l.LeaseStats() {
+			sum := out[name]
+			sum.Outstanding += st.Outstanding
+			sum.Leased += st.Leased
+			sum.Unused += st.Unused
+			out[name] = sum
+		}
+	}
+	return out
+}

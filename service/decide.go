@@ -167,5 +167,5 @@ func newStoreCall(checks []check, peek bool) storeCall {
 
 // policyOf is what l's items do while the store fails.
 func policyOf(l *config.Limit) resilient.Policy {
-	return resilient.Policy{Open: l.FailOpen, Share: l.FailOpenShare, Limit: l.Name, Shadow: l.Shadow, Lease: l.Concurrency, Store: l.Store}
+	return resilient.Policy{Open: l.FailOpen, Share: l.FailOpenShare, Limit: l.Name, Shadow: l.Shadow, Concurrency: l.Concurrency, Lease: l.Lease, Store: l.Store}
 }

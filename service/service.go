@@ -52,6 +52,10 @@ type Options struct {
 	// Clock, and a function that stops it. time.NewTimer's when nil; a
 	// fake clock's lets tests drive waits.
 	Timer func(d time.Duration) (c <-chan time.Time, stop func() bool)
+	// AfterFunc runs fn once d has passed on Clock, and returns a function
+	// that stops it: the timers of limits' leases. time.AfterFunc when
+	// nil; a fake clock's lets tests drive leases.
+	AfterFunc func(d time.Duration, fn func()) (stop func() bool)
 	// StoreTimeout bounds every call to a remote store. Default 50ms.
 	// Negative durations and sizes, here and below, are refused by New.
 	StoreTimeout time.Duration
@@ -158,6 +162,9 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := watchStores(opts.Registerer, s.fault); err != nil {
 		return nil, fmt.Errorf("service: metrics: %w", err)
 	}
+	if err := watchLeases(opts.Registerer, s.fault); err != nil {
+		return nil, fmt.Errorf("service: metrics: %w", err)
+	}
 	opts.Alerts.Logger, opts.Alerts.Counted = opts.Logger, s.metrics.countAlert
 	s.alerts = alert.NewNotifier(opts.Alerts)
 	s.rules.Store(compile(cfg, 1, nil))
@@ -173,7 +180,7 @@ func (s *Service) newStores(opts Options) (*resilient.Stores, error) {
 				Clock: opts.Clock, OnBreaker: s.logBreaker(name, st), OnFull: s.logFull(name, st)},
 			ReservationTTL: opts.ReservationTTL, LocalMaxKeys: opts.LocalMaxKeys, MaxReservations: opts.MaxReservations,
 			FailOpenKeys: opts.FailOpenKeys, Recovery: opts.FailOpenRecovery, Logger: opts.Logger.With("store", name),
-			Observer: s.metrics.faultObserver(name),
+			Observer: s.metrics.faultObserver(name), AfterFunc: opts.AfterFunc,
 		})
 		if err != nil {
 			return resilient.NamedLayer{}, fmt.Errorf("service: store %q: %w", name, err)
@@ -301,9 +308,16 @@ func (s *Service) logFull(name string, st tokenlimit.Store) func(full bool) {
 	}
 }
 
-// Close stops delivering alert events (those still queued for the
+// Close returns every lease this replica holds (their unused parts are
+// refunded to the store; leased limits are decided on the store from then
+// on) and stops delivering alert events (those still queued for the
 // webhook are dropped, their ids logged). Decisions still work.
-func (s *Service) Close() { s.alerts.Close() }
+func (s *Service) Close() {
+	if err := s.fault.Close(context.Background()); err != nil {
+		s.log.Error("returning leases at close", "error", err)
+	}
+	s.alerts.Close()
+}
 
 // Reload replaces the limits with cfg's; checks in flight finish with the
 // old ones. It records the reload in the metrics. A configuration with a
@@ -316,6 +330,10 @@ func (s *Service) Reload(cfg *config.Config) error {
 	}
 	old := s.rules.Load()
 	s.rules.Store(compile(cfg, old.version+1, old))
+	// Leases were taken on the old limits: the next calls take new ones.
+	if err := s.fault.ReturnLeases(context.Background()); err != nil {
+		s.log.Error("returning leases at reload", "error", err)
+	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.metrics.stats.RecordReload(s.opts.Clock(), old.version+1, nil)
 	s.log.Info("configuration reloaded", "source", cfg.Source, "version", old.version+1, "limits", len(cfg.Limits))

@@ -38,8 +38,8 @@ type FaultStore struct {
 	tokenlimit.Store
 	Info  *tokenlimit.StoreInfo
 	fault atomic.Int32
-	// checks counts the Check calls passed on to Store.
-	checks atomic.Int64
+	// checks, reserves and settles count the calls passed on to Store.
+	checks, reserves, settles atomic.Int64
 }
 
 // Remote is a StoreInfo for FaultStore.Info: a Redis store.
@@ -50,6 +50,13 @@ func (f *FaultStore) Set(fault Fault) { f.fault.Store(int32(fault)) }
 
 // Checks returns the Check calls passed on to Store so far.
 func (f *FaultStore) Checks() int64 { return f.checks.Load() }
+
+// Reserves and Settles return the Reserve and Settle calls passed on to
+// Store so far.
+func (f *FaultStore) Reserves() int64 { return f.reserves.Load() }
+
+// Settles: see Reserves.
+func (f *FaultStore) Settles() int64 { return f.settles.Load() }
 
 // Describe returns Info, or what Store says.
 func (f *FaultStore) Describe() tokenlimit.StoreInfo {
@@ -102,6 +109,7 @@ func (f *FaultStore) Reserve(ctx context.Context, now time.Time, req tokenlimit.
 	if err := f.fail(ctx); err != nil {
 		return tokenlimit.ReserveOutcome{}, err
 	}
+	f.reserves.Add(1)
 	return storekit.Reserve(ctx, f.Store, now, req, results)
 }
 
@@ -110,5 +118,6 @@ func (f *FaultStore) Settle(ctx context.Context, now time.Time, req tokenlimit.S
 	if err := f.fail(ctx); err != nil {
 		return 0, err
 	}
+	f.settles.Add(1)
 	return storekit.Settle(ctx, f.Store, now, req)
 }

@@ -45,10 +45,12 @@ type Clock struct {
 	timers []*fakeTimer // pending, made by Timer
 }
 
-// fakeTimer fires c at time at.
+// fakeTimer fires at time at: sends on c, or runs fn in a goroutine of
+// its own when fn is set (AfterFunc).
 type fakeTimer struct {
 	at time.Time
 	c  chan time.Time
+	fn func()
 }
 
 // NewClock returns a clock reading start.
@@ -86,9 +88,24 @@ func (c *Clock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{at: c.t.Add(d), c: make(chan time.Time, 1)}
+	return t.c, c.add(t)
+}
+
+// AfterFunc is time.AfterFunc on the clock (a resilient.FailoverOptions
+// AfterFunc): fn runs in a goroutine of its own once the clock has been
+// moved d past now (at once for d <= 0); stop drops it, reporting whether
+// it had not run.
+func (c *Clock) AfterFunc(d time.Duration, fn func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.add(&fakeTimer{at: c.t.Add(d), fn: fn})
+}
+
+// add adds t, fires the timers due, and returns t's stop. c.mu is held.
+func (c *Clock) add(t *fakeTimer) (stop func() bool) {
 	c.timers = append(c.timers, t)
 	c.fire()
-	return t.c, func() bool {
+	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		n := len(c.timers)
@@ -97,7 +114,7 @@ func (c *Clock) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 	}
 }
 
-// Timers returns how many timers made by Timer are pending: a test
+// Timers returns how many timers made by Timer and AfterFunc are pending: a test
 // waits for its code to be asleep on them before it advances the clock.
 func (c *Clock) Timers() int {
 	c.mu.Lock()
@@ -112,7 +129,11 @@ func (c *Clock) fire() {
 		if t.at.After(c.t) {
 			return false
 		}
-		t.c <- c.t
+		if t.fn != nil {
+			go t.fn()
+		} else {
+			t.c <- c.t
+		}
 		return true
 	})
 }

@@ -1,0 +1,70 @@
+package resilient
+
+import (
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// This file holds a limit's lease terms and one lease's life. A lease is a
+// reservation on the store: taking one reserves Size of the budget under
+// the lease's id (charged atomically, recorded), the replica then decides
+// calls from it in process, and returning it settles the reservation to
+// what was used, so that the unused part is refunded once, only to a
+// window the charge still counts in. A replica that crashes returns
+// nothing: the reservation stands (under-admission, never over-admission).
+// leases.go keeps each budget's leases; leasedecide.go decides calls from
+// them. docs/algorithms.md proves the bounds.
+
+// recordTTL is how long a lease's reservation is recorded: twice its TTL
+// (at most tokenlimit.MaxPeriod), so that its return can still be settled
+// after a store outage as long as the lease itself.
+func recordTTL(l tokenlimit.Lease) time.Duration { return min(2*l.TTL, tokenlimit.MaxPeriod) }
+
+// leaseState is where one lease is in its life.
+//
+//   - leaseActive: it decides calls, until its end or until it is let go
+//     (the Failover closes, or its limit changed).
+//   - leaseEnded: it decides nothing more; its unused part is being
+//     returned (retried while the store fails, until its record expires).
+//   - leaseReturned: returned, used up (nothing to return) or past its
+//     record (the charge stands).
+type leaseState uint8
+
+const (
+	leaseActive leaseState = iota
+	leaseEnded
+	leaseReturned
+)
+
+// lease is one lease of a budget, held by its holder (leases.go), whose
+// lock guards every field but id, size and expires.
+type lease struct {
+	id   string
+	size int64
+	// name is the limit's name, for metrics; record is how long the
+	// lease's reservation is recorded (recordTTL), until about
+	// recordEnd.
+	name      string
+	record    time.Duration
+	recordEnd time.Time
+	// used is the cost admitted from the lease: 0..size; usedUp is when
+	// it reached size.
+	used   int64
+	usedUp time.Time
+	// expires is when it stops deciding, on the Failover's clock: the
+	// time its take was sent plus its TTL (or its window's end), so that
+	// it ends no later than the store would reckon.
+	expires time.Time
+	state   leaseState
+	// stop cancels its expiry timer.
+	stop func() bool
+}
+
+// The fields of a lease the returning goroutine reads are not changed
+// once it has ended (leaseEnded is set under its holder's lock, before it
+// is handed to that goroutine): rollbacks and payments touch active
+// leases only.
+
+// unused is what the lease can still admit.
+func (l *lease) unused() int64 { return l.size - l.used }

@@ -1,0 +1,118 @@
+package resilient
+
+import (
+	"context"
+
+	"github.com/tokenlimit/tokenlimit"
+)
+
+// This file decides calls whose items include leased ones (Policy.Lease):
+// each leased item is paid from this replica's leases of its budget
+// (leases.go) and the rest go to the store (or the failure modes) as
+// without leases, all or nothing: when the rest is refused, what the
+// leases paid is given back to them. A call whose every item the leases
+// pay makes no store call. An item the leases cannot pay (its budget has
+// less than a lease left, the store failed to give one, the table is
+// full) is decided on the store with the rest, so a leased limit follows
+// its failure mode once its leases are spent.
+
+// anyLeased reports whether any of policies takes leases.
+func anyLeased(policies []Policy) bool {
+	for i := range policies {
+		if policies[i].Lease.Size > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leasable reports whether it is paid from leases under p: a charge (not
+// a peek) no larger than a lease, of an enforced, leasable limit.
+func leasable(it tokenlimit.Item, p Policy) bool {
+	return p.Lease.On() && !p.Shadow && !p.Concurrency && it.Cost > 0 && it.Cost <= p.Lease.Size && it.Limit.Algorithm.Leasable()
+}
+
+// fewLeased is how many leased items a call pays without allocating.
+const fewLeased = 4
+
+// decideLeased is Decide for a call with leased items.
+func (f *Failover) decideLeased(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	var ticketBuf [fewLeased]leaseTicket
+	var restBuf [fewLeased]int
+	tickets, rest := ticketBuf[:0], restBuf[:0]
+	for i, it := range items {
+		if !leasable(it, policies[i]) {
+			rest = append(rest, i)
+			continue
+		}
+		var t leaseTicket
+		paid, err := f.leases.pay(ctx, it, policies[i], &t, &results[i])
+		if err != nil {
+			rollback(tickets)
+			return Answer{}, err
+		}
+		if paid {
+			tickets = append(tickets, t)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	switch len(rest) {
+	case 0:
+		return Answer{At: f.clock(), Allowed: true, Source: FromLease}, nil
+	case len(items):
+		return f.decide(ctx, items, policies, results)
+	}
+	subItems, subPolicies, subResults := make([]tokenlimit.Item, len(rest)), make([]Policy, len(rest)), make([]tokenlimit.Result, len(rest))
+	for j, i := range rest {
+		subItems[j], subPolicies[j] = items[i], policies[i]
+	}
+	a, err := f.decide(ctx, subItems, subPolicies, subResults)
+	for j, i := range rest {
+		results[i] = subResults[j]
+	}
+	for j, i := range a.Items {
+		a.Items[j] = rest[i]
+	}
+	if err != nil || !a.Allowed || a.Full {
+		rollback(tickets)
+	}
+	return a, err
+}
+
+// rollback gives back what tickets paid.
+func rollback(tickets []leaseTicket) {
+	for i := range tickets {
+		tickets[i].rollback()
+	}
+}
+
+// Close returns every lease this replica holds (their unused parts are
+// refunded) and takes no more: leased items are decided on the store from
+// then on. It waits for the returns and the takes in flight, or for ctx.
+// Calling it again does nothing.
+func (f *Failover) Close(ctx context.Context) error {
+	if f.leases == nil {
+		return nil
+	}
+	return f.leases.close(ctx)
+}
+
+// ReturnLeases returns every lease this replica holds, as when their
+// limits change (a reload), and waits for the returns or for ctx; the
+// next calls take new ones.
+func (f *Failover) ReturnLeases(ctx context.Context) error {
+	if f.leases == nil {
+		return nil
+	}
+	return f.leases.returnAll(ctx)
+}
+
+// LeaseStats returns what each limit's leases hold on this replica, by
+// the limit's name (Policy.Limit); limits holding none are left out.
+func (f *Failover) LeaseStats() map[string]LeaseStats {
+	if f.leases == nil {
+		return map[string]LeaseStats{}
+	}
+	return f.leases.stats()
+}
