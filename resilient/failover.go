@@ -93,12 +93,12 @@ const (
 	// HeldLocal: budgets recovering from an outage were denied by their
 	// local budgets (Answer.Items) before the store was asked.
 	HeldLocal
-	// FromLease: every item was paid from this replica's leases
-	// (Policy.Lease); the store was not asked.
-	FromLease
 	// Unavailable: the store failed and fail-closed items (Answer.Items)
 	// cannot be decided without it: the request is refused.
 	Unavailable
+	// FromLease: every item was paid from this replica's leases
+	// (Policy.Lease); the store was not asked.
+	FromLease
 )
 
 // String names the source.

@@ -17,9 +17,15 @@ import (
 // them. docs/algorithms.md proves the bounds.
 
 // recordTTL is how long a lease's reservation is recorded: twice its TTL
-// (at most tokenlimit.MaxPeriod), so that its return can still be settled
-// after a store outage as long as the lease itself.
-func recordTTL(l tokenlimit.Lease) time.Duration { return min(2*l.TTL, tokenlimit.MaxPeriod) }
+// and recordGrace more (at most tokenlimit.MaxPeriod), so that its return
+// can still be settled after a store outage as long as the lease itself,
+// or a stall of the replica of recordGrace.
+func recordTTL(l tokenlimit.Lease) time.Duration {
+	return min(2*l.TTL+recordGrace, tokenlimit.MaxPeriod)
+}
+
+// recordGrace is what a lease's record outlives twice its TTL by.
+const recordGrace = 10 * time.Second
 
 // leaseState is where one lease is in its life.
 //

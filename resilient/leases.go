@@ -133,6 +133,7 @@ type leases struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 	wg     sync.WaitGroup
+	busy   atomic.Int64 // wg's count, for tests
 	// closing is closed once close has returned every lease: returns
 	// waiting to try again give up.
 	closing chan struct{}
@@ -370,13 +371,20 @@ func (ls *leases) begin() bool {
 		return false
 	}
 	ls.wg.Add(1)
+	ls.busy.Add(1)
 	return true
+}
+
+// end counts a goroutine counted in by begin out.
+func (ls *leases) end() {
+	ls.busy.Add(-1)
+	ls.wg.Done()
 }
 
 // take reserves a lease of terms.Size on the store and gives it to h, or
 // notes that the store denied or failed it.
 func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Limit, terms tokenlimit.Lease, name string) {
-	defer ls.wg.Done()
+	defer ls.end()
 	defer close(tk.done)
 	id := ls.prefix + strconv.FormatUint(ls.seq.Add(1), 10)
 	req := tokenlimit.ReserveRequest{ID: id, Items: []tokenlimit.Item{{Key: k.key, Limit: limit, Cost: terms.Size}}, TTL: recordTTL(terms)}
@@ -451,7 +459,7 @@ func (ls *leases) expire(h *holder, l *lease) {
 	if !ls.begin() {
 		return // close ended it
 	}
-	defer ls.wg.Done()
+	defer ls.end()
 	h.mu.Lock()
 	if l.state != leaseActive {
 		h.mu.Unlock()
@@ -501,7 +509,7 @@ func (ls *leases) giveBackAll(ended []*lease) {
 			continue
 		}
 		go func() {
-			defer ls.wg.Done()
+			defer ls.end()
 			ls.giveBack(l)
 		}()
 	}
