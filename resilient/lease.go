@@ -31,16 +31,14 @@ const recordGrace = 10 * time.Second
 //
 //   - leaseActive: it decides calls, until its end or until it is let go
 //     (the Failover closes, or its limit changed).
-//   - leaseEnded: it decides nothing more; its unused part is being
-//     returned (retried while the store fails, until its record expires).
-//   - leaseReturned: returned, used up (nothing to return) or past its
-//     record (the charge stands).
+//   - leaseEnded: it decides nothing more and takes nothing back; its
+//     unused part is returned (retried while the store fails, until its
+//     record expires, when the charge stands).
 type leaseState uint8
 
 const (
 	leaseActive leaseState = iota
 	leaseEnded
-	leaseReturned
 )
 
 // lease is one lease of a budget, held by its holder (leases.go), whose
@@ -54,10 +52,8 @@ type lease struct {
 	name      string
 	record    time.Duration
 	recordEnd time.Time
-	// used is the cost admitted from the lease: 0..size; usedUp is when
-	// it reached size.
-	used   int64
-	usedUp time.Time
+	// used is the cost admitted from the lease: 0..size.
+	used int64
 	// expires is when it stops deciding, on the Failover's clock: the
 	// time its take was sent plus its TTL (or its window's end), so that
 	// it ends no later than the store would reckon.

@@ -40,13 +40,14 @@ func (f *Failover) decideLeased(ctx context.Context, items []tokenlimit.Item, po
 	var ticketBuf [fewLeased]leaseTicket
 	var restBuf [fewLeased]int
 	tickets, rest := ticketBuf[:0], restBuf[:0]
+	now := f.clock()
 	for i, it := range items {
 		if !leasable(it, policies[i]) {
 			rest = append(rest, i)
 			continue
 		}
 		var t leaseTicket
-		paid, err := f.leases.pay(ctx, it, policies[i], &t, &results[i])
+		paid, err := f.leases.pay(ctx, it, policies[i], now, &t, &results[i])
 		if err != nil {
 			rollback(tickets)
 			return Answer{}, err
@@ -59,7 +60,7 @@ func (f *Failover) decideLeased(ctx context.Context, items []tokenlimit.Item, po
 	}
 	switch len(rest) {
 	case 0:
-		return Answer{At: f.clock(), Allowed: true, Source: FromLease}, nil
+		return Answer{At: now, Allowed: true, Source: FromLease}, nil
 	case len(items):
 		return f.decide(ctx, items, policies, results)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,12 +28,6 @@ import (
 // maxLiveLeases is the most leases with cost left a holder keeps: the
 // current one and the next.
 const maxLiveLeases = 2
-
-// usedUpGrace is how long a used-up lease stays with its holder, so that
-// a call that paid from it and then failed on the store can still give
-// its cost back (leaseTicket.rollback); after it, it is dropped (nothing
-// is left to return) and a late rollback is lost: under-admission only.
-const usedUpGrace = time.Second
 
 // leaseRetry is how long a failed return waits before it is tried again
 // (the record's TTL bounds the tries), and how long a holder whose take
@@ -89,8 +84,11 @@ type holder struct {
 	limit tokenlimit.Limit
 	terms tokenlimit.Lease
 	name  string // the limit's name, for metrics
-	// leases are active, oldest first; at most maxLiveLeases have cost
-	// left (used-up ones stay for usedUpGrace after usedUp).
+	// leases are the active leases with cost left, oldest first: at most
+	// maxLiveLeases, and one more while a rollback gives cost back to a
+	// used-up lease. A used-up lease leaves the list at once but stays
+	// active until its end, when its timer returns whatever a rollback
+	// gave back to it.
 	leases []*lease
 	// taking is the take in flight, nil when none.
 	taking *leaseTake
@@ -184,20 +182,19 @@ func (ls *leases) holderOf(it tokenlimit.Item, p Policy) *holder {
 // what for a rollback, and r is the item's result. A call that is not
 // paid is decided on the store; err is the caller's context error when it
 // gave up waiting.
-func (ls *leases) pay(ctx context.Context, it tokenlimit.Item, p Policy, t *leaseTicket, r *tokenlimit.Result) (ok bool, err error) {
+func (ls *leases) pay(ctx context.Context, it tokenlimit.Item, p Policy, now time.Time, t *leaseTicket, r *tokenlimit.Result) (ok bool, err error) {
 	for waited := false; ; {
 		h := ls.holderOf(it, p)
 		if h == nil {
 			return false, nil
 		}
-		now := ls.f.clock()
 		h.mu.Lock()
 		if h.gone {
 			h.mu.Unlock()
 			continue
 		}
 		ended := h.refresh(it.Limit, p, now)
-		paid := h.pay(it.Cost, now, t)
+		paid := h.pay(it.Cost, t)
 		if paid {
 			h.result(r, now)
 		}
@@ -218,7 +215,7 @@ func (ls *leases) pay(ctx context.Context, it tokenlimit.Item, p Policy, t *leas
 		}
 		select {
 		case <-wait.done:
-			waited = true
+			waited, now = true, ls.f.clock()
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}
@@ -233,8 +230,8 @@ func (ls *leases) mayTake(h *holder, now time.Time) bool {
 }
 
 // refresh ends h's leases that expired by now, and every lease when the
-// limit or its terms changed (a reload), returning them to give back; it
-// drops used-up leases past their grace. h.mu is held.
+// limit or its terms changed (a reload), returning them to give back.
+// h.mu is held.
 func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended []*lease) {
 	if h.limit != limit || h.terms != p.Lease {
 		ended = h.endAll()
@@ -247,9 +244,6 @@ func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended
 		case !now.Before(l.expires):
 			l.state = leaseEnded
 			ended = append(ended, l)
-		case l.unused() == 0 && now.Sub(l.usedUp) >= usedUpGrace:
-			l.state = leaseReturned // nothing left to return
-			l.stop()
 		default:
 			keep = append(keep, l)
 		}
@@ -271,15 +265,7 @@ func (h *holder) endAll() []*lease {
 }
 
 // live is how many of h's leases have cost left. h.mu is held.
-func (h *holder) live() int {
-	n := 0
-	for _, l := range h.leases {
-		if l.unused() > 0 {
-			n++
-		}
-	}
-	return n
-}
+func (h *holder) live() int { return len(h.leases) }
 
 // unused is what h's leases can still admit. h.mu is held.
 func (h *holder) unused() int64 {
@@ -290,28 +276,30 @@ func (h *holder) unused() int64 {
 	return n
 }
 
-// pay takes cost from h's leases, oldest first, recording it in t; it
-// takes nothing when they hold less than cost. h.mu is held.
-func (h *holder) pay(cost int64, now time.Time, t *leaseTicket) bool {
+// pay takes cost from h's leases, oldest first, recording it in t, and
+// drops the leases it uses up from the list; it takes nothing when they
+// hold less than cost. h.mu is held.
+func (h *holder) pay(cost int64, t *leaseTicket) bool {
 	if h.unused() < cost {
 		return false
 	}
 	t.h = h
-	j := 0
-	for _, l := range h.leases {
+	used := 0
+	for j, l := range h.leases {
 		n := min(cost, l.unused())
-		if n == 0 {
-			continue
-		}
 		l.used += n
-		if l.unused() == 0 {
-			l.usedUp = now
-		}
 		t.parts[j] = leasePart{l: l, n: n}
-		j++
+		if l.unused() == 0 {
+			used++
+		}
 		if cost -= n; cost == 0 {
 			break
 		}
+	}
+	if used > 0 { // the oldest ones: a lease is used up before the next is touched
+		n := copy(h.leases, h.leases[used:])
+		clear(h.leases[n:])
+		h.leases = h.leases[:n]
 	}
 	return true
 }
@@ -338,19 +326,35 @@ func (h *holder) result(r *tokenlimit.Result, now time.Time) {
 		ResetAfter: max(0, h.last.ResetAfter-now.Sub(h.lastAt))}
 }
 
-// rollback gives back what t paid, to the leases still active; what a
-// lease ended meanwhile cannot take back stays charged.
+// rollback gives back what t paid, to the leases still active (a lease
+// used up by it goes back into its holder's list); what a lease ended
+// meanwhile cannot take back stays charged, and is not admitted.
 func (t *leaseTicket) rollback() {
-	if t.h == nil {
+	h := t.h
+	if h == nil {
 		return
 	}
-	t.h.mu.Lock()
-	defer t.h.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, p := range t.parts {
-		if p.l != nil && p.l.state == leaseActive {
-			p.l.used -= p.n
+		if p.l == nil || p.l.state != leaseActive {
+			continue
 		}
+		if p.l.unused() == 0 && !h.gone {
+			h.leases = insertLease(h.leases, p.l)
+		}
+		p.l.used -= p.n
 	}
+}
+
+// insertLease inserts l into ls, which is ordered by end, keeping the
+// order.
+func insertLease(ls []*lease, l *lease) []*lease {
+	i := 0
+	for i < len(ls) && !l.expires.Before(ls[i].expires) {
+		i++
+	}
+	return slices.Insert(ls, i, l)
 }
 
 // startTake starts taking a lease for h in the background. h.mu is held.

@@ -20,11 +20,19 @@ var (
 	_ tokenlimit.Reserver = (*Failover)(nil)
 )
 
-// policies returns n copies of the layer's policy.
-func (f *Failover) policies(n int) []Policy {
-	ps := make([]Policy, n)
-	for i := range ps {
-		ps[i] = f.policy
+// fewPolicies is how many items a call of the Store methods takes its
+// policies for without allocating.
+const fewPolicies = 4
+
+// policies returns n copies of the layer's policy, in buf when it is long
+// enough.
+func (f *Failover) policies(buf *[fewPolicies]Policy, n int) []Policy {
+	ps := buf[:0]
+	if n > len(buf) {
+		ps = make([]Policy, 0, n)
+	}
+	for range n {
+		ps = append(ps, f.policy)
 	}
 	return ps
 }
@@ -45,7 +53,8 @@ func storeError(a Answer) error {
 // local budgets of a recovery (HeldLocal) is denied: the results of its
 // other items are left zero.
 func (f *Failover) Check(ctx context.Context, _ time.Time, items []tokenlimit.Item, results []tokenlimit.Result) (time.Time, error) {
-	a, err := f.Decide(ctx, items, f.policies(len(items)), results)
+	var buf [fewPolicies]Policy
+	a, err := f.Decide(ctx, items, f.policies(&buf, len(items)), results)
 	if err == nil {
 		err = storeError(a)
 	}
@@ -67,7 +76,8 @@ func (f *Failover) Reset(ctx context.Context, key string, alg tokenlimit.Algorit
 // Reserve implements tokenlimit.Reserver with DecideReservation. A
 // request held on the local budgets of a recovery is Denied.
 func (f *Failover) Reserve(ctx context.Context, _ time.Time, req tokenlimit.ReserveRequest, results []tokenlimit.Result) (tokenlimit.ReserveOutcome, error) {
-	res, a, err := f.DecideReservation(ctx, req, f.policies(len(req.Items)), results)
+	var buf [fewPolicies]Policy
+	res, a, err := f.DecideReservation(ctx, req, f.policies(&buf, len(req.Items)), results)
 	if err == nil {
 		err = storeError(a)
 	}
