@@ -41,12 +41,30 @@ type LimitInfo struct {
 	// Unit is "usd" for a spend budget, whose quota and burst are in
 	// micro-dollars; empty otherwise.
 	Unit string
+	// Lease is the limit's lease terms and what this replica's leases of
+	// it hold; nil for a limit that takes no leases.
+	Lease *LeaseInfo
+}
+
+// LeaseInfo is a leased limit's terms and what this replica's leases of
+// it hold now, over all its keys.
+type LeaseInfo struct {
+	// Size is the cost one lease takes, in the limit's units; TTL how long
+	// a lease decides calls.
+	Size int64
+	TTL  time.Duration
+	// Outstanding is how many leases this replica holds; Unused what they
+	// can still admit (held back from the other replicas until used or
+	// returned).
+	Outstanding int
+	Unused      int64
 }
 
 // Limits lists the limits in force, in configuration order.
 func (s *Service) Limits() []LimitInfo {
 	cfg := s.rules.Load().cfg
 	out := make([]LimitInfo, len(cfg.Limits))
+	var leases map[string]resilient.LeaseStats
 	for i, l := range cfg.Limits {
 		match := map[string]string{}
 		for k, v := range l.Match {
@@ -59,6 +77,13 @@ func (s *Service) Limits() []LimitInfo {
 		}
 		if l.Cost.Spend {
 			out[i].Unit = USD.String()
+		}
+		if l.Lease.On() {
+			if leases == nil {
+				leases = s.fault.LeaseStats()
+			}
+			held := leases[l.Name]
+			out[i].Lease = &LeaseInfo{Size: l.Lease.Size, TTL: l.Lease.TTL, Outstanding: held.Outstanding, Unused: held.Unused}
 		}
 	}
 	return out

@@ -24,6 +24,16 @@ type Limit struct {
 	FailOpen    bool                 `json:"fail_open"`
 	Calendar    config.Calendar      `json:"calendar,omitempty"`
 	Unit        string               `json:"unit,omitempty"`
+	Lease       *Lease               `json:"lease,omitempty"`
+}
+
+// Lease is the JSON shape of a leased limit's terms and what this
+// replica's leases of it hold (service.LeaseInfo).
+type Lease struct {
+	Size        int64 `json:"size"`
+	TTLMs       int64 `json:"ttl_ms"`
+	Outstanding int   `json:"outstanding"`
+	Unused      int64 `json:"unused"`
 }
 
 // LimitsOf is the JSON shape of the listing ls, in the same order.
@@ -34,6 +44,9 @@ func LimitsOf(ls []service.LimitInfo) []Limit {
 			Name: l.Name, Match: l.Match, Key: l.Key, Algorithm: l.Algorithm, Concurrency: l.Concurrency,
 			Quota: l.Quota, PeriodMs: l.PeriodMs, Burst: l.Burst, Cost: l.Cost, Shadow: l.Shadow,
 			FailOpen: l.FailOpen, Calendar: l.Calendar, Unit: l.Unit,
+		}
+		if le := l.Lease; le != nil {
+			out[i].Lease = &Lease{Size: le.Size, TTLMs: le.TTL.Milliseconds(), Outstanding: le.Outstanding, Unused: le.Unused}
 		}
 	}
 	return out

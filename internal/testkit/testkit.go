@@ -278,7 +278,7 @@ func NewService(tb testing.TB, s Setup) *Env {
 		opts.Registerer = e.Registry
 	}
 	if opts.Clock == nil {
-		opts.Clock, opts.Timer = e.Clock.Now, e.Clock.Timer
+		opts.Clock, opts.Timer, opts.AfterFunc = e.Clock.Now, e.Clock.Timer, e.Clock.AfterFunc
 	}
 	switch s.Store {
 	case Memory:

@@ -1,0 +1,102 @@
+package service_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/service"
+)
+
+const leaseYAML = `
+limits:
+  - name: hot
+    key: [tenant]
+    algorithm: token_bucket
+    capacity: 1000
+    refill: 100/s
+    lease: {size: 50, ttl: 2s}
+  - name: per-user
+    key: [user]
+    algorithm: fixed_window
+    limit: 3/min
+`
+
+// TestLeasedLimitIsDecidedInProcess: calls of a leased limit are paid
+// from the replica's leases (the store sees the takes, not the calls), a
+// call with an unleased limit too goes to the store for that one and is
+// refused whole when it denies, the listing and the metrics show the
+// leases, and a reload and Close return them.
+func TestLeasedLimitIsDecidedInProcess(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		var counted *testkit.FaultStore
+		e := testkit.NewService(t, testkit.Setup{Store: store, Config: testkit.ParseConfig(t, leaseYAML), Metrics: true,
+			Start: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC),
+			WrapStore: func(st tokenlimit.Store) tokenlimit.Store {
+				counted = &testkit.FaultStore{Store: st}
+				return counted
+			}})
+		ctx := context.Background()
+		acme := service.Request{Descriptors: map[string]string{"tenant": "acme"}}
+		for i := range 40 {
+			d, err := e.Service.Check(ctx, acme)
+			if err != nil || !d.Allowed {
+				t.Fatalf("call %d: %+v, %v; want allowed", i, d, err)
+			}
+		}
+		testkit.Eventually(t, 10*time.Second, "the next lease taken", func() bool {
+			return testkit.Metric(t, e.Registry, "tokenlimit_lease_takes_total", "limit", "hot", "outcome", "taken") == 2
+		})
+		if c, r := counted.Checks(), counted.Reserves(); c != 0 || r != 2 {
+			t.Fatalf("store calls for 40 leased calls: %d checks, %d takes; want 0 and 2", c, r)
+		}
+		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_unused", "limit", "hot"); got != 60 {
+			t.Errorf("tokenlimit_lease_unused = %v; want 60 (two leases of 50, 40 used)", got)
+		}
+		var hot *service.LeaseInfo
+		for _, l := range e.Service.Limits() {
+			if l.Name == "hot" {
+				hot = l.Lease
+			}
+		}
+		if hot == nil || hot.Size != 50 || hot.TTL != 2*time.Second || hot.Outstanding != 2 || hot.Unused != 60 {
+			t.Errorf("listing of hot: lease %+v; want size 50, ttl 2s, 2 outstanding, 60 unused", hot)
+		}
+
+		// A call under both limits: the store decides per-user; once it
+		// denies, the lease is not charged.
+		both := service.Request{Descriptors: map[string]string{"tenant": "acme", "user": "alice"}}
+		for i := range 4 {
+			d, err := e.Service.Check(ctx, both)
+			if err != nil || d.Allowed != (i < 3) {
+				t.Fatalf("call %d under both limits: %+v, %v; want allowed for the first 3", i, d, err)
+			}
+		}
+		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_unused", "limit", "hot"); got != 57 {
+			t.Errorf("tokenlimit_lease_unused = %v after 3 admitted and 1 denied; want 57", got)
+		}
+
+		// A reload returns the leases: the store gets the unused 57 back.
+		e.Service.Reload(testkit.ParseConfig(t, leaseYAML))
+		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_returned_total", "limit", "hot", "result", "returned"); got != 57 {
+			t.Errorf("returned at reload: %v; want 57", got)
+		}
+		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_outstanding", "limit", "hot"); got != 0 {
+			t.Errorf("tokenlimit_lease_outstanding = %v after the reload; want 0", got)
+		}
+		if _, err := e.Service.Check(ctx, acme); err != nil {
+			t.Fatal(err)
+		}
+		e.Service.Close()
+		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_returned_total", "limit", "hot", "result", "returned"); got != 57+49 {
+			t.Errorf("returned after close: %v; want %d", got, 57+49)
+		}
+		d, err := e.Service.Inspect(ctx, acme)
+		if err != nil || len(d.Limits) != 1 || d.Limits[0].Remaining != 1000-44 {
+			t.Errorf("hot's budget after close: %+v, %v; want exactly the 44 admitted charged (956 left)", d, err)
+		}
+	})
+}
