@@ -297,6 +297,11 @@ func TestQuotasDocWalkThrough(t *testing.T) {
 	if !strings.Contains(proxyLogs.String(), `"msg":"budget threshold crossed"`) {
 		t.Error("the proxy logged no budget threshold crossed")
 	}
+	for _, secret := range []string{laptop.Secret, ciSecret} {
+		if part := secret[len("tl-") : len("tl-")+16]; strings.Contains(string(exposition), part) || strings.Contains(proxyLogs.String(), part) || strings.Contains(bodies[0], part) {
+			t.Error("the proxy's metrics, its log or the webhook's event holds (part of) a key's secret")
+		}
+	}
 
 	// The fifth call is refused, naming the team's budget.
 	res, body := spend(ciSecret)
