@@ -60,6 +60,10 @@ type Plane struct {
 	// watched is the sequence number up to which the store's writes have
 	// been followed (Load, then Watch); -1 before a Load succeeded.
 	watched int64
+	// unreadable holds the version of each record last reported as
+	// unreadable, kept across full reloads so that each version is
+	// reported once.
+	unreadable map[string]int64
 }
 
 // Open loads the records of store into a new Plane. Run keeps them
@@ -74,7 +78,7 @@ func Open(ctx context.Context, store Store, opts Options) (*Plane, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1,
+	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1, unreadable: map[string]int64{},
 		keyList: ordered[*Key]{id: keyID}, teamKeys: map[string]*ordered[*Key]{}, teamList: ordered[*Team]{id: teamID}}
 	if err := p.load(ctx); err != nil {
 		// Run loads once the store answers; until then the plane is empty.
@@ -158,6 +162,7 @@ func (p *Plane) applyOne(r Record) {
 	p.versions[rid] = r.Version
 	if r.Data == nil {
 		p.forget(r.Kind, r.ID)
+		delete(p.unreadable, rid)
 		return
 	}
 	// A record is replaced in place, never forgotten first: a call made
@@ -188,9 +193,15 @@ func (p *Plane) applyOne(r Record) {
 	default:
 		err = fmt.Errorf("plane: %s %s: unknown kind", r.Kind, r.ID)
 	}
-	if err != nil {
-		// Reported once per version; the record stays out of force.
-		p.forget(r.Kind, r.ID)
+	if err == nil {
+		delete(p.unreadable, rid)
+		return
+	}
+	// Reported once per version, full reloads included; the record stays
+	// out of force.
+	p.forget(r.Kind, r.ID)
+	if v, ok := p.unreadable[rid]; !ok || v != r.Version {
+		p.unreadable[rid] = r.Version
 		p.opts.Logger.Error("plane: skipping a record that cannot be read", "kind", string(r.Kind), "id", r.ID, "version", r.Version, "error", err)
 	}
 }

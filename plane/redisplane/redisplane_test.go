@@ -176,9 +176,10 @@ func TestFollowsAfterTrimAndFlush(t *testing.T) {
 // TestUnreadableRecordsAreReportedOnceAndSkipped: records a replica cannot
 // read (not JSON, a later format, a kind it does not know, a key without
 // a digest), whether in Redis when it starts or written while it follows
-// the stream, are each logged once per version by each replica and left
-// out of force; everything else is in force, the replicas keep following,
-// and a readable version of a record brings it back.
+// the stream, are each logged once per version by each replica, reloads
+// of every record included, and left out of force; everything else is in
+// force, the replicas keep following, and a readable version of a record
+// brings it back.
 func TestUnreadableRecordsAreReportedOnceAndSkipped(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -243,6 +244,18 @@ func TestUnreadableRecordsAreReportedOnceAndSkipped(t *testing.T) {
 	testkit.Eventually(t, 2*time.Second, "the team good, readable again, on both replicas", func() bool {
 		_, okA := a.plane.Team("good")
 		_, okB := b.plane.Team("good")
+		return okA && okB
+	})
+	// A gap in the stream (a write numbered past the next one, as when
+	// writes were trimmed from it) makes the replicas reload every record:
+	// the unreadable ones are not reported again.
+	if _, err := srv.Do("INCR", "{"+prefix+"}:seq"); err != nil {
+		t.Fatal(err)
+	}
+	put(plane.KindTeam, "after-gap", fmt.Sprintf(team, "after-gap"))
+	testkit.Eventually(t, 2*time.Second, "both replicas reloaded past the gap", func() bool {
+		_, okA := a.plane.Team("after-gap")
+		_, okB := b.plane.Team("after-gap")
 		return okA && okB
 	})
 	for i, name := range []string{"A", "B"} {
