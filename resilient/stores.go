@@ -203,14 +203,19 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 }
 
 // merge is the answer of a call whose parts all admitted it: the first
-// part's time, and FromLocal with the items decided locally (Answer.Local)
-// if any part was decided on its local budgets.
+// part's time; FromLocal with the items decided locally (Answer.Local) if
+// any part was decided on its local budgets, else FromLease if the leases
+// paid every part, else FromStore.
 func merge(parts []part) Answer {
-	whole := Answer{At: parts[0].admitted.At, Allowed: true}
+	whole := Answer{At: parts[0].admitted.At, Allowed: true, Source: FromLease}
 	var local []int
 	for _, pt := range parts {
-		if pt.admitted.Source == FromLocal {
+		switch pt.admitted.Source {
+		case FromLocal:
 			local = append(local, pt.indexes...)
+		case FromLease:
+		default:
+			whole.Source = FromStore
 		}
 	}
 	if local != nil {
