@@ -24,6 +24,10 @@
 //
 //	go run ./cmd/leaseload -lease '{size: 1000, ttl: 2s}' > lease.md
 //
+// The hot limit is a bucket of 10,000,000 refilling 1,000,000 a second
+// (a window of 10 s, the longest TTL its leases may take); the fair one
+// holds a tenth of -fair-rate and refills -fair-rate a second.
+//
 // Figures swing with whatever else the machine runs: compare only within
 // one run.
 package main
@@ -86,9 +90,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.callers, "callers", 64, "callers in all, spread evenly over the replicas")
 	fs.IntVar(&o.runs, "runs", 5, "rounds; each variant gets one slice of each phase per round")
 	fs.DurationVar(&o.slice, "slice", 3*time.Second, "length of one variant's slice")
-	fs.IntVar(&o.fairRate, "fair-rate", 2000, "the fair phase's budget, admissions per second in all")
+	fs.IntVar(&o.fairRate, "fair-rate", 500, "the fair phase's budget, admissions per second in all (well under what the callers send)")
 	fs.StringVar(&o.lease, "lease", "", "the hot limit's lease as YAML, such as {size: 1000, ttl: 2s}; empty: no lease variant")
-	fs.StringVar(&o.fairLease, "fair-lease", "{size: 20, ttl: 1s}", "the fair limit's lease, with -lease")
+	fs.StringVar(&o.fairLease, "fair-lease", "{size: 5, ttl: 100ms}", "the fair limit's lease, with -lease (its TTL at most the bucket's window, a tenth of a second)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,8 +128,8 @@ func configFor(o options, lease, fairLease string) string {
 		return ", lease: " + l
 	}
 	return fmt.Sprintf(`limits:
-  - {name: hot, match: {route: /hot}, key: [org], algorithm: token_bucket, capacity: 1000000, refill: 1000000/s%s}
-  - {name: fair, match: {route: /fair}, key: [org], algorithm: token_bucket, capacity: %d, refill: %d/s%s}
+  - {name: hot, match: {route: /hot}, key: [org], algorithm: token_bucket, capacity: 10000000, refill: 1000000/s, failure_mode: closed%s}
+  - {name: fair, match: {route: /fair}, key: [org], algorithm: token_bucket, capacity: %d, refill: %d/s, failure_mode: closed%s}
 `, leaseLine(lease), max(1, o.fairRate/10), o.fairRate, leaseLine(fairLease))
 }
 
@@ -195,7 +199,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // startReplica runs `tokenlimit serve` with the configuration at path
 // (redisURL empty: the embedded store) on a free loopback port.
 func startReplica(ctx context.Context, bin, path, redisURL string) (*replica, error) {
-	args := []string{"serve", "--config", path, "--reload-every", "0", "--listen", "127.0.0.1:0", "--grpc-listen", ""}
+	// Fail-closed limits and a store timeout no loaded machine reaches: a
+	// decision the store could not make is an error of the run (503), not
+	// a local fail-open admission that would blur the figures.
+	args := []string{"serve", "--config", path, "--reload-every", "0", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store-timeout", "2s"}
 	if redisURL != "" {
 		args = append(args, "--redis", redisURL)
 	}
