@@ -11,7 +11,7 @@ import (
 // are worked out by hand from the algorithms' definitions (docs/algorithms.md).
 func Cases() []Case {
 	var all []Case
-	for _, group := range [][]Case{fixedWindowCases(), slidingLogCases(), slidingCounterCases(), bucketCases(), gcraCases(), commonCases(), multiCases(), reservationCases(), reservationRecordCases()} {
+	for _, group := range [][]Case{fixedWindowCases(), slidingLogCases(), slidingCounterCases(), bucketCases(), gcraCases(), commonCases(), multiCases(), reservationCases(), reservationRecordCases(), leaseCases()} {
 		all = append(all, group...)
 	}
 	return all
@@ -465,6 +465,56 @@ func reservationCases() []Case {
 			reserve(0, "r", 7, Ok(3, 7*s)),
 			settle(0, "r", 0),
 			at(0, 0, Ok(10, 0)),
+		},
+	}}
+}
+
+// leaseCases are the store calls a lease makes (resilient.Policy.Lease,
+// docs/algorithms.md): a take is a reservation of the lease's size, its
+// return a settlement to what was used, from any replica, once.
+func leaseCases() []Case {
+	fw10per5s := tokenlimit.FixedWindowLimit(10, 5*s)
+	return []Case{{
+		Name:  "lease/fixed_window leases are charged whole and return only within their window",
+		Limit: fw10per5s,
+		Steps: []Step{
+			reserve(1*s, "l1", 4, Ok(6, 4*s)),
+			{At: 1 * s, Reserve: "l2", Other: true, Probes: []Probe{{Cost: 4, Want: Ok(2, 4*s)}}},
+			// What the leases took is gone from the store until returned.
+			at(2*s, 3, Deny(2, 3*s, 3*s)),
+			settle(3*s, "l1", 1),
+			at(3*s, 0, Ok(5, 2*s)),
+			// l2 ends with its window: returning it in the next changes nothing.
+			{At: 6 * s, Settle: "l2", Actual: 0, Other: true},
+			at(6*s, 0, Ok(10, 0)),
+		},
+	}, {
+		Name:  "lease/token_bucket unused part returned once, by another replica",
+		Limit: tb10at2,
+		Steps: []Step{
+			reserve(0, "l", 6, Ok(4, 3*s)),
+			// 4 used: 2 come back; by 1s two more refilled, 2 still missing.
+			{At: 1 * s, Settle: "l", Actual: 4, Other: true},
+			at(1*s, 0, Ok(8, 1*s)),
+			{At: 1 * s, Settle: "l", Actual: 0, WantSettle: tokenlimit.AlreadySettled},
+			at(1*s, 0, Ok(8, 1*s)),
+		},
+	}, {
+		Name:  "lease/a lease used up returns nothing",
+		Limit: tb10at2,
+		Steps: []Step{
+			reserve(0, "l", 5, Ok(5, 2500*ms)),
+			settle(0, "l", 5),
+			at(0, 0, Ok(5, 2500*ms)),
+		},
+	}, {
+		Name:  "lease/a take larger than what is left is denied and charges nothing",
+		Limit: tb10at2,
+		Steps: []Step{
+			at(0, 7, Ok(3, 3500*ms)),
+			// The denial says what is left: the calls take it one by one.
+			reserve(0, "l", 5, Deny(3, 1*s, 3500*ms)),
+			at(0, 3, Ok(0, 5*s)),
 		},
 	}}
 }
