@@ -155,7 +155,10 @@ func TestPlaneAdminDuringRedisOutage(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("limits:\n  - {name: rpm, key: [api_key], algorithm: fixed_window, limit: 100/min, failure_mode: open}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, base := child(t, "serve", "--config", cfg, "--redis", "redis://"+relay.Addr(), "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret")
+	// A long store timeout, so that a loaded machine never makes Redis look
+	// down before the relay closes (a closed relay refuses at once).
+	_, base := child(t, "serve", "--config", cfg, "--redis", "redis://"+relay.Addr(), "--store-timeout", "10s",
+		"--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret")
 
 	write := func(method, path, body string, want int) map[string]any {
 		t.Helper()
