@@ -191,8 +191,11 @@ func TestQuotasDocWalkThrough(t *testing.T) {
 	}
 	redis := redistest.Start(t)
 	env := []string{"TOKENLIMIT_REDIS_URL=" + redis.URL(), "TOKENLIMIT_ADMIN_TOKEN=secret", "TOKENLIMIT_ALERT_SECRET=" + hookSecret}
-	_, serve, _ := startChild(t, env, "serving HTTP", "serve", "--config", path, "--listen", "127.0.0.1:0", "--grpc-listen", "")
-	_, proxy, proxyLogs := startChild(t, env, "proxying", "proxy", "--config", path, "--upstream", upstream.URL, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	// The page's command lines, with a long store timeout: a loaded
+	// machine must not make Redis look down.
+	_, serve, _ := startChild(t, env, "serving HTTP", "serve", "--config", path, "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store-timeout", "10s")
+	_, proxy, proxyLogs := startChild(t, env, "proxying", "proxy", "--config", path, "--upstream", upstream.URL, "--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0", "--store-timeout", "10s")
 
 	// run runs the page's command that starts with prefix, the page's
 	// key id (laptop's) replaced by the one this server gave laptop.
