@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,16 +32,24 @@ type turn struct {
 	round     int
 	decisions int64
 	elapsed   time.Duration
-	cpu       time.Duration    // this process
-	redisCPU  time.Duration    // redis-server
-	commands  map[string]int64 // INFO commandstats calls, the slice's delta
+	cpu       time.Duration      // this process
+	redisCPU  time.Duration      // redis-server
+	commands  map[string]cmdStat // INFO commandstats, the slice's delta
+	// this process's heap allocations (bytes and objects) and garbage
+	// collections during the slice
+	allocBytes, allocs, collections int64
 }
+
+// cmdStat is one command's line of INFO commandstats: its calls and the
+// microseconds redis-server spent in them.
+type cmdStat struct{ calls, usec int64 }
 
 func (t turn) perSecond() float64 { return float64(t.decisions) / t.elapsed.Seconds() }
 
 // measure warms each variant up, then runs o.runs rounds of one turn per
-// variant, the first variant alternating between rounds.
-func measure(ctx context.Context, e *env, o options) ([]turn, error) {
+// variant, the first variant alternating between rounds, and writes a line
+// per turn to log.
+func measure(ctx context.Context, e *env, o options, log io.Writer) ([]turn, error) {
 	vs := []variant{{"yaml", e.yamlKeys}, {"plane", e.planeKeys}}
 	for _, v := range vs {
 		if _, err := load(ctx, e.svc, v.keys, o.callers, o.warmup); err != nil {
@@ -47,11 +60,13 @@ func measure(ctx context.Context, e *env, o options) ([]turn, error) {
 	for r := range o.runs {
 		for i := range vs {
 			v := vs[(i+r)%len(vs)]
-			t, err := oneTurn(ctx, e, v, o)
+			t, err := oneTurn(ctx, e, v, o, r)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", v.name, r+1, err)
 			}
-			t.round = r
+			fmt.Fprintf(log, "round %d %-5s %7d decisions in %v: %6.0f/s, service %5.1f µs, redis-server %5.1f µs a decision; load %s\n",
+				r+1, v.name, t.decisions, t.elapsed.Round(time.Millisecond), t.perSecond(),
+				float64(t.cpu.Microseconds())/float64(t.decisions), float64(t.redisCPU.Microseconds())/float64(t.decisions), loadAverage())
 			turns = append(turns, t)
 		}
 	}
@@ -64,7 +79,7 @@ func measure(ctx context.Context, e *env, o options) ([]turn, error) {
 func sequential(ctx context.Context, e *env, o options) ([]turn, error) {
 	var out []turn
 	for _, v := range []variant{{"yaml", e.yamlKeys}, {"plane", e.planeKeys}} {
-		before, err := commandCalls(ctx, e.admin)
+		before, err := commandStats(ctx, e.admin)
 		if err != nil {
 			return nil, err
 		}
@@ -87,25 +102,36 @@ func sequential(ctx context.Context, e *env, o options) ([]turn, error) {
 
 // since returns a turn of n decisions whose commands are those counted
 // after minus before.
-func since(ctx context.Context, e *env, name string, before map[string]int64, n int64, elapsed time.Duration) (turn, error) {
-	after, err := commandCalls(ctx, e.admin)
+func since(ctx context.Context, e *env, name string, before map[string]cmdStat, n int64, elapsed time.Duration) (turn, error) {
+	after, err := commandStats(ctx, e.admin)
 	if err != nil {
 		return turn{}, err
 	}
-	t := turn{variant: name, decisions: n, elapsed: elapsed, commands: map[string]int64{}}
-	for cmd, calls := range after {
-		if d := calls - before[cmd]; d > 0 && cmd != "info" {
-			t.commands[cmd] = d
+	t := turn{variant: name, decisions: n, elapsed: elapsed, commands: map[string]cmdStat{}}
+	for cmd, s := range after {
+		if d := s.calls - before[cmd].calls; d > 0 && cmd != "info" {
+			t.commands[cmd] = cmdStat{calls: d, usec: s.usec - before[cmd].usec}
 		}
 	}
 	return t, nil
 }
 
-func oneTurn(ctx context.Context, e *env, v variant, o options) (turn, error) {
-	before, err := commandCalls(ctx, e.admin)
+// oneTurn runs v's turn of round r, under a CPU profile of this process
+// with -cpuprofile.
+func oneTurn(ctx context.Context, e *env, v variant, o options, r int) (turn, error) {
+	before, err := commandStats(ctx, e.admin)
 	if err != nil {
 		return turn{}, err
 	}
+	// A turn starts after a full collection: it pays for collecting its
+	// own garbage only, not for the turn before it.
+	runtime.GC()
+	stopProfile, err := startProfile(o.cpuProfile, fmt.Sprintf("%s.%d", v.name, r+1))
+	if err != nil {
+		return turn{}, err
+	}
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0, _ := runstat.CPUTime(0)
 	rcpu0, _ := runstat.CPUTime(e.srv.Pid())
 	start := time.Now()
@@ -113,12 +139,36 @@ func oneTurn(ctx context.Context, e *env, v variant, o options) (turn, error) {
 	elapsed := time.Since(start)
 	cpu1, _ := runstat.CPUTime(0)
 	rcpu1, _ := runstat.CPUTime(e.srv.Pid())
-	if err != nil {
+	runtime.ReadMemStats(&mem1)
+	if err := errors.Join(err, stopProfile()); err != nil {
 		return turn{}, err
 	}
 	t, err := since(ctx, e, v.name, before, n, elapsed)
-	t.cpu, t.redisCPU = cpu1-cpu0, rcpu1-rcpu0
+	t.round, t.cpu, t.redisCPU = r, cpu1-cpu0, rcpu1-rcpu0
+	t.allocBytes, t.allocs = int64(mem1.TotalAlloc-mem0.TotalAlloc), int64(mem1.Mallocs-mem0.Mallocs)
+	t.collections = int64(mem1.NumGC - mem0.NumGC)
 	return t, err
+}
+
+// startProfile starts a CPU profile of this process written to
+// prefix.suffix, and returns the function that stops it; with no prefix
+// it does nothing.
+func startProfile(prefix, suffix string) (stop func() error, err error) {
+	if prefix == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(prefix + "." + suffix)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // load runs callers goroutines checking a key's three limits for d, each
@@ -162,24 +212,28 @@ func load(ctx context.Context, svc *service.Service, keys []string, callers int,
 	return total.Load(), firstErr
 }
 
-// commandCalls reads the calls of every command from INFO commandstats
-// ("cmdstat_evalsha:calls=3,usec=40,...").
-func commandCalls(ctx context.Context, c rueidis.Client) (map[string]int64, error) {
+// commandStats reads the calls and microseconds of every command from INFO
+// commandstats ("cmdstat_evalsha:calls=3,usec=40,...").
+func commandStats(ctx context.Context, c rueidis.Client) (map[string]cmdStat, error) {
 	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
-	out := map[string]int64{}
+	out := map[string]cmdStat{}
 	for line := range strings.Lines(info) {
 		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
+		var s cmdStat
 		for kv := range strings.SplitSeq(fields, ",") {
 			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+				s.calls, _ = strconv.ParseInt(v, 10, 64)
+			} else if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				s.usec, _ = strconv.ParseInt(v, 10, 64)
 			}
 		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = s
 	}
 	return out, nil
 }

@@ -33,18 +33,25 @@ func report(w io.Writer, o options, e *env, turns, seq []turn) {
 		o.callers, o.runs, o.slice, o.warmup)
 
 	p("## Decisions per second\n\n")
-	p("| variant | decisions/s (median) | range | service CPU µs/decision | redis-server CPU µs/decision |\n|---|---|---|---|---|\n")
+	p("Each turn starts after a full garbage collection (not measured), so that it pays for collecting its own garbage only; the collections that ran inside the turns are counted.\n\n")
+	p("| variant | decisions/s (median) | range | service CPU µs/decision | redis-server CPU µs/decision | service heap B/decision | allocations/decision | collections in turns |\n|---|---|---|---|---|---|---|---|\n")
 	cpuPer := map[string]float64{}
 	for _, v := range []string{"yaml", "plane"} {
-		var rate, cpu, rcpu []float64
+		var rate, cpu, rcpu, bytes, allocs []float64
+		var collections int64
 		for _, t := range turns {
 			if t.variant == v {
+				n := float64(t.decisions)
 				rate = append(rate, t.perSecond())
-				cpu = append(cpu, float64(t.cpu.Microseconds())/float64(t.decisions))
-				rcpu = append(rcpu, float64(t.redisCPU.Microseconds())/float64(t.decisions))
+				cpu = append(cpu, float64(t.cpu.Microseconds())/n)
+				rcpu = append(rcpu, float64(t.redisCPU.Microseconds())/n)
+				bytes = append(bytes, float64(t.allocBytes)/n)
+				allocs = append(allocs, float64(t.allocs)/n)
+				collections += t.collections
 			}
 		}
-		p("| %s | %.0f | %.0f–%.0f | %.1f | %.1f |\n", v, runstat.Median(rate), slices.Min(rate), slices.Max(rate), runstat.Median(cpu), runstat.Median(rcpu))
+		p("| %s | %.0f | %.0f–%.0f | %.1f | %.1f | %.0f | %.1f | %d |\n", v, runstat.Median(rate), slices.Min(rate), slices.Max(rate),
+			runstat.Median(cpu), runstat.Median(rcpu), runstat.Median(bytes), runstat.Median(allocs), collections)
 		cpuPer[v] = runstat.Median(cpu) + runstat.Median(rcpu)
 	}
 	var ratios []float64
@@ -65,7 +72,7 @@ func report(w io.Writer, o options, e *env, turns, seq []turn) {
 	p("Where the rounds' ratios scatter, the machine's other load decided them. From the CPU per decision (service + redis-server, medians; it swings with the load too), a machine the two saturate would give plane / yaml ≈ %.2fx.\n\n", cpuPer["yaml"]/cpuPer["plane"])
 
 	p("## Redis commands per decision\n\n")
-	p("`INFO commandstats` calls divided by the decisions (INFO itself left out); commands a function runs inside Redis count too (the SETs and GETs of the budgets). The plane's replica follows the stream (XREAD BLOCK, then a GET of the sequence when a read times out) in both variants: about one per second, not per decision.\n\n")
+	p("`INFO commandstats` calls and usec divided by the decisions (INFO itself left out; usec is redis-server's time in the command, a function's commands counted in the function's too); commands a function runs inside Redis count too (the SETs and GETs of the budgets). The plane's replica follows the stream (XREAD BLOCK, then a GET of the sequence when a read times out) in both variants: about one per second, not per decision.\n\n")
 	p("One decision at a time (%d per variant: the store batches nothing, so FCALL per decision is the round trips):\n\n", o.sequential)
 	commandTable(p, seq)
 	p("Under the load above (all turns; the store batches checks that queue behind a call in flight, so the figures follow the throughput):\n\n")
@@ -86,28 +93,34 @@ func fmtRatios(rs []float64) string {
 	return strings.Join(s, ", ")
 }
 
-// commandTable prints each command's calls per decision, per variant.
+// commandTable prints each command's calls and redis-server microseconds
+// per decision, per variant.
 func commandTable(p func(string, ...any), turns []turn) {
-	p("| command | yaml | plane | plane − yaml |\n|---|---|---|---|\n")
+	p("| command | yaml calls | plane calls | plane − yaml | yaml µs | plane µs |\n|---|---|---|---|---|---|\n")
 	decisions := map[string]int64{}
 	for _, t := range turns {
 		decisions[t.variant] += t.decisions
 	}
-	per := map[string]map[string]float64{}
+	type perDecision struct{ calls, usec float64 }
+	per := map[string]map[string]perDecision{}
 	for _, t := range turns {
-		for cmd, n := range t.commands {
+		for cmd, s := range t.commands {
 			if per[cmd] == nil {
-				per[cmd] = map[string]float64{}
+				per[cmd] = map[string]perDecision{}
 			}
-			per[cmd][t.variant] += float64(n) / float64(decisions[t.variant])
+			d := per[cmd][t.variant]
+			n := float64(decisions[t.variant])
+			d.calls += float64(s.calls) / n
+			d.usec += float64(s.usec) / n
+			per[cmd][t.variant] = d
 		}
 	}
 	cmds := slices.Sorted(maps.Keys(per))
-	var ty, tp float64
+	var ty, tp perDecision
 	for _, cmd := range cmds {
 		y, pl := per[cmd]["yaml"], per[cmd]["plane"]
-		ty, tp = ty+y, tp+pl
-		p("| %s | %.4f | %.4f | %+.4f |\n", cmd, y, pl, pl-y)
+		ty.calls, ty.usec, tp.calls, tp.usec = ty.calls+y.calls, ty.usec+y.usec, tp.calls+pl.calls, tp.usec+pl.usec
+		p("| %s | %.4f | %.4f | %+.4f | %.2f | %.2f |\n", cmd, y.calls, pl.calls, pl.calls-y.calls, y.usec, pl.usec)
 	}
-	p("| **all** | %.4f | %.4f | %+.4f |\n\n", ty, tp, tp-ty)
+	p("| **all** | %.4f | %.4f | %+.4f | %.2f | %.2f |\n\n", ty.calls, tp.calls, tp.calls-ty.calls, ty.usec, tp.usec)
 }

@@ -144,13 +144,13 @@ func setUp(ctx context.Context, o options, log io.Writer) (_ *env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.heapPerKey = float64(heapAlloc()-heapBefore) / float64(o.keys)
-	if keys, _ := replica.ListKeys(plane.Filter{}, "", o.keys+1); len(keys) != o.keys {
-		return nil, fmt.Errorf("the replica loaded %d keys, want %d", len(keys), o.keys)
-	}
 	go replica.Run(runCtx)
+	if err := awaitKeys(ctx, replica, o.keys); err != nil {
+		return nil, err
+	}
+	e.heapPerKey = float64(heapAlloc()-heapBefore) / float64(o.keys)
 
-	svc, err = service.New(cfg, service.Options{Store: budgets, Plane: replica, Logger: quiet, StoreTimeout: 5 * time.Second})
+	svc, err = service.New(cfg, service.Options{Store: budgets, Plane: replica, Logger: quiet, StoreTimeout: 5 * time.Second, FailOpenKeys: o.failOpen})
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +199,25 @@ func createKeys(ctx context.Context, p *plane.Plane, o options) ([]string, error
 	}
 	wg.Wait()
 	return secrets, errors.Join(errs...)
+}
+
+// awaitKeys waits until replica holds n keys: Open loads them, or Run
+// does once Redis answers if that load failed (a busy machine can make it
+// time out).
+func awaitKeys(ctx context.Context, replica *plane.Plane, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		keys, _ := replica.ListKeys(plane.Filter{}, "", n+1)
+		if len(keys) == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the replica loaded %d keys, want %d: %w", len(keys), n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // heapAlloc returns the live heap after a full GC.
