@@ -55,9 +55,9 @@ func KeyValue(k *Key) string { return k.value }
 // prepare fills k's derived fields: its descriptor value and raw digests.
 func (k *Key) prepare() {
 	k.value = "plane:" + k.ID
-	hex.Decode(k.raw[:], []byte(k.Digest))
+	k.raw, _ = rawDigest(k.Digest)
 	k.prevRaw = [32]byte{}
 	if k.PrevDigest != "" {
-		hex.Decode(k.prevRaw[:], []byte(k.PrevDigest))
+		k.prevRaw, _ = rawDigest(k.PrevDigest)
 	}
 }
