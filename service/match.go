@@ -114,12 +114,13 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if err != nil {
 			return plan{}, err
 		}
-		desc := enrich(rules.cfg, r.Descriptors, empty)
+		id, listed := identityOf(rules.cfg, r.Descriptors)
+		desc := enrich(rules.cfg, r.Descriptors, empty, id, listed)
 		var lv levels
 		if r.key != nil {
 			lv = *r.key
-		} else if s.opts.Plane != nil {
-			if desc, lv, err = s.planeLevels(rules, desc); err != nil {
+		} else if s.opts.Plane != nil && !listed {
+			if desc, lv, err = s.planeLevels(rules.cfg, desc); err != nil {
 				return plan{}, err
 			}
 		}
@@ -131,7 +132,7 @@ func (s *Service) planWith(reqs []Request, enforced []check, inFlight, take bool
 		if lv.plane {
 			t = planeTags(rules.cfg.HashTag, desc)
 		}
-		sel := selector{s: s, rules: rules, desc: desc, tags: t, request: i, cost: cost, spend: r.Spend, usage: r.Usage, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
+		sel := selector{s: s, rules: rules, desc: desc, tags: t, overrides: id.Overrides, request: i, cost: cost, spend: r.Spend, usage: r.Usage, limit: r.Limit, inFlight: inFlight, take: take, now: &now, p: &p}
 		plan := desc["plan"]
 		for li := range rules.cfg.Limits {
 			if l := &rules.cfg.Limits[li]; !lv.replace(l.Name, LevelPlan) {
@@ -159,6 +160,7 @@ type selector struct {
 	rules          *ruleset
 	desc           map[string]string
 	tags           tags
+	overrides      map[string]tokenlimit.Limit // the api key's, under api_keys
 	request        int
 	cost, spend    int64
 	usage          *config.Usage
@@ -180,7 +182,7 @@ func (sel *selector) add(l *config.Limit, want []match, level Level, levelName s
 	if sel.now.IsZero() && (l.Calendar != config.NoCalendar || l.MaxKeys != 0) {
 		*sel.now = sel.s.opts.Clock()
 	}
-	limit, suffix := effective(sel.rules.cfg, l, sel.desc, *sel.now)
+	limit, suffix := effective(sel.rules.cfg, l, sel.overrides, *sel.now)
 	if sel.limit != nil && l.RLSOverride {
 		limit, suffix = sel.limit.apply(limit), suffix+sel.limit.keySuffix()
 	}
@@ -250,12 +252,27 @@ func (s *Service) validate(i int, r Request) (empty bool, err error) {
 	return empty, nil
 }
 
-// enrich adds what the configuration knows of the request's api key (user,
-// tenant, plan) and the default plan, without overriding given descriptors,
-// and drops empty values (empty reports whether d has one). The result must
-// not be modified: when there is nothing to add or drop it is d itself.
-func enrich(cfg *config.Config, d map[string]string, empty bool) map[string]string {
-	if !empty && !needsEnrich(cfg, d) {
+// identityOf returns what the configuration's api_keys say of the api key
+// in d; listed is false when d has none or it is not listed.
+func identityOf(cfg *config.Config, d map[string]string) (id config.Identity, listed bool) {
+	if len(cfg.APIKeys) == 0 {
+		return config.Identity{}, false
+	}
+	k := d["api_key"]
+	if k == "" {
+		return config.Identity{}, false
+	}
+	id, listed = cfg.APIKeys[k]
+	return id, listed
+}
+
+// enrich adds what the configuration knows of the request's api key (id,
+// when listed: user, tenant, plan) and the default plan, without
+// overriding given descriptors, and drops empty values (empty reports
+// whether d has one). The result must not be modified: when there is
+// nothing to add or drop it is d itself.
+func enrich(cfg *config.Config, d map[string]string, empty bool, id config.Identity, listed bool) map[string]string {
+	if !empty && !listed && (cfg.DefaultPlan == "" || d["plan"] != "") {
 		return d
 	}
 	out := make(map[string]string, len(d)+3)
@@ -264,37 +281,13 @@ func enrich(cfg *config.Config, d map[string]string, empty bool) map[string]stri
 			out[k] = v
 		}
 	}
-	if id, ok := cfg.APIKeys[out["api_key"]]; ok && out["api_key"] != "" {
+	if listed {
 		setIfEmpty(out, "user", id.User)
 		setIfEmpty(out, "tenant", id.Tenant)
 		setIfEmpty(out, "plan", id.Plan)
 	}
 	setIfEmpty(out, "plan", cfg.DefaultPlan)
 	return out
-}
-
-// needsEnrich reports whether enrich would add to d, which has no empty
-// value: it has a known api key, or no plan while the configuration has a
-// default one.
-func needsEnrich(cfg *config.Config, d map[string]string) bool {
-	if len(cfg.APIKeys) > 0 {
-		if k := d["api_key"]; k != "" {
-			if _, ok := cfg.APIKeys[k]; ok {
-				return true
-			}
-		}
-	}
-	return cfg.DefaultPlan != "" && d["plan"] == ""
-}
-
-// hasEmpty reports whether one of d's values is empty.
-func hasEmpty(d map[string]string) bool {
-	for _, v := range d {
-		if v == "" {
-			return true
-		}
-	}
-	return false
 }
 
 func setIfEmpty(d map[string]string, k, v string) {
@@ -412,15 +405,14 @@ func keyValue(dim, v string) string {
 }
 
 // effective returns the engine limit that l applies at now to a request
-// with (enriched) descriptors desc, and the suffix its key gets: the api
-// key's override replaces the configured parameters, and a calendar quota
-// becomes the window of the current day or month, labelled in the key.
-func effective(cfg *config.Config, l *config.Limit, desc map[string]string, now time.Time) (tokenlimit.Limit, string) {
+// whose api key has overrides (those of its entry under api_keys; nil for
+// none), and the suffix its key gets: the api key's override replaces the
+// configured parameters, and a calendar quota becomes the window of the
+// current day or month, labelled in the key.
+func effective(cfg *config.Config, l *config.Limit, overrides map[string]tokenlimit.Limit, now time.Time) (tokenlimit.Limit, string) {
 	limit := l.Limit
-	if len(cfg.APIKeys) > 0 {
-		if o, ok := cfg.APIKeys[desc["api_key"]].Overrides[l.Name]; ok {
-			limit = o
-		}
+	if o, ok := overrides[l.Name]; ok {
+		limit = o
 	}
 	if l.Calendar == config.NoCalendar {
 		return limit, ""

@@ -67,21 +67,18 @@ func (lv levels) replace(name string, at Level) bool {
 	return false
 }
 
-// planeLevels resolves a request's api key in the plane when it has the
-// form of a plane secret and the configuration does not list it: it
-// returns the descriptors the key stands for (api_key becomes the key's id,
-// team its team, plan its plan, else its team's) and its levels' limits, or
+// planeLevels resolves a request's api key, one the configuration does not
+// list, in the plane when it has the form of a plane secret: it returns the
+// descriptors the key stands for (api_key becomes the key's id, team its
+// team, plan its plan, else its team's) and its levels' limits, or
 // ErrUnauthorized. Other requests pass unchanged.
-func (s *Service) planeLevels(rules *ruleset, desc map[string]string) (map[string]string, levels, error) {
+func (s *Service) planeLevels(cfg *config.Config, desc map[string]string) (map[string]string, levels, error) {
 	apiKey := desc[plane.KeyDescriptor]
 	if s.opts.Plane == nil || !plane.IsSecret(apiKey) {
 		return desc, levels{}, nil
 	}
-	sum := sha256.Sum256([]byte(apiKey)) // once: for api_keys and the plane
-	if rules.lists(&sum) {
-		return desc, levels{}, nil
-	}
-	desc, lv, _, err := s.resolvePlaneKey(rules.cfg, desc, &sum)
+	sum := sha256.Sum256([]byte(apiKey))
+	desc, lv, _, err := s.resolvePlaneKey(cfg, desc, &sum)
 	return desc, lv, err
 }
 

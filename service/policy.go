@@ -141,7 +141,8 @@ func (s *Service) LimitFor(name string, descriptors map[string]string) (l tokenl
 		if cl.Name != name {
 			continue
 		}
-		l, _ = effective(cfg, cl, enrich(cfg, descriptors, hasEmpty(descriptors)), s.opts.Clock())
+		id, _ := identityOf(cfg, descriptors)
+		l, _ = effective(cfg, cl, id.Overrides, s.opts.Clock())
 		return l, true
 	}
 	return tokenlimit.Limit{}, false
