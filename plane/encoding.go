@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/config"
 )
 
 // Kind tells teams from keys in a store.
@@ -76,32 +78,50 @@ func encodeKey(k *Key) []byte {
 	return data
 }
 
-func decode(r Record) (stored, Common, error) {
+// limitsFunc parses a record's limits JSON; key tells a key's from a
+// team's (parseLimits).
+type limitsFunc func(raw json.RawMessage, key bool) ([]config.Limit, error)
+
+// unmarshal reads r's JSON.
+func unmarshal(r Record) (stored, error) {
 	var s stored
 	if err := json.Unmarshal(r.Data, &s); err != nil {
-		return s, Common{}, fmt.Errorf("plane: %s %s: unreadable: %w", r.Kind, r.ID, err)
+		return s, fmt.Errorf("plane: %s %s: unreadable: %w", r.Kind, r.ID, err)
 	}
 	if s.Format != format {
-		return s, Common{}, fmt.Errorf("plane: %s %s: format %d, this version reads %d", r.Kind, r.ID, s.Format, format)
+		return s, fmt.Errorf("plane: %s %s: format %d, this version reads %d", r.Kind, r.ID, s.Format, format)
 	}
-	limits, err := parseLimits(s.Limits, r.Kind == KindKey)
+	return s, nil
+}
+
+// common returns what r, read as s, holds of Common, its limits parsed
+// by limitsOf.
+func (s *stored) common(r Record, limitsOf limitsFunc) (Common, error) {
+	limits, err := limitsOf(s.Limits, r.Kind == KindKey)
 	if err != nil {
-		return s, Common{}, fmt.Errorf("plane: %s %s: %w", r.Kind, r.ID, err)
+		return Common{}, fmt.Errorf("plane: %s %s: %w", r.Kind, r.ID, err)
 	}
-	return s, Common{Name: s.Name, Plan: s.Plan, Labels: s.Labels, Limits: limits, RawLimits: s.Limits,
+	return Common{Name: s.Name, Plan: s.Plan, Labels: s.Labels, Limits: limits, RawLimits: s.Limits,
 		ExpiresAt: timeOf(s.ExpiresAt), Disabled: s.Disabled, Version: r.Version, UpdatedAt: s.UpdatedAt}, nil
 }
 
-func decodeTeam(r Record) (*Team, error) {
-	_, c, err := decode(r)
+// decodeTeam reads the team record r, its limits parsed by limitsOf.
+func decodeTeam(r Record, limitsOf limitsFunc) (*Team, error) {
+	s, err := unmarshal(r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.common(r, limitsOf)
 	if err != nil {
 		return nil, err
 	}
 	return &Team{ID: r.ID, Common: c}, nil
 }
 
-func decodeKey(r Record) (*Key, error) {
-	s, c, err := decode(r)
+// decodeKey reads the key record r, its limits parsed by limitsOf last:
+// once they are, nothing fails.
+func decodeKey(r Record, limitsOf limitsFunc) (*Key, error) {
+	s, err := unmarshal(r)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +130,10 @@ func decodeKey(r Record) (*Key, error) {
 	}
 	if _, err := hex.DecodeString(s.Digest); err != nil || (s.PrevDigest != "" && len(s.PrevDigest) != 64) {
 		return nil, fmt.Errorf("plane: key %s: a digest is not 64 hex digits", r.ID)
+	}
+	c, err := s.common(r, limitsOf)
+	if err != nil {
+		return nil, err
 	}
 	k := &Key{ID: r.ID, Team: s.Team, Digest: s.Digest, PrevDigest: s.PrevDigest, PrevUntil: timeOf(s.PrevUntil), Common: c}
 	k.prepare()

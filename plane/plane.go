@@ -53,6 +53,9 @@ type Plane struct {
 	teamList ordered[*Team]
 
 	mu sync.Mutex // serializes apply
+	// limitSets holds the records' parsed limits, shared by the records
+	// given the same.
+	limitSets limitSets
 	// versions holds the last version applied of each record, deletions
 	// included, so that a write seen twice (made here, then watched) or
 	// late is applied once, in order.
@@ -171,15 +174,17 @@ func (p *Plane) applyOne(r Record) {
 	switch r.Kind {
 	case KindTeam:
 		var t *Team
-		if t, err = decodeTeam(r); err == nil {
-			p.teams.Store(t.ID, t)
+		if t, err = decodeTeam(r, p.limitSets.acquire); err == nil {
+			if old, ok := p.teams.Swap(t.ID, t); ok {
+				p.limitSets.release(old.(*Team).RawLimits, false)
+			}
 			p.lmu.Lock()
 			p.teamList.put(t)
 			p.lmu.Unlock()
 		}
 	case KindKey:
 		var k *Key
-		if k, err = decodeKey(r); err == nil {
+		if k, err = decodeKey(r, p.limitSets.acquire); err == nil {
 			p.digests.put(k.Digest, k)
 			if k.PrevDigest != "" {
 				p.digests.put(k.PrevDigest, k)
@@ -187,6 +192,7 @@ func (p *Plane) applyOne(r Record) {
 			old, ok := p.keys.Swap(k.ID, k)
 			if ok {
 				p.unindex(old.(*Key))
+				p.limitSets.release(old.(*Key).RawLimits, true)
 			}
 			p.list(k, old)
 		}
@@ -209,7 +215,9 @@ func (p *Plane) applyOne(r Record) {
 // forget drops kind/id from the cache. Called with p.mu held.
 func (p *Plane) forget(kind Kind, id string) {
 	if kind == KindTeam {
-		p.teams.Delete(id)
+		if old, ok := p.teams.LoadAndDelete(id); ok {
+			p.limitSets.release(old.(*Team).RawLimits, false)
+		}
 		p.lmu.Lock()
 		p.teamList.remove(id)
 		p.lmu.Unlock()
@@ -218,6 +226,7 @@ func (p *Plane) forget(kind Kind, id string) {
 	if old, ok := p.keys.LoadAndDelete(id); ok {
 		p.unindex(old.(*Key))
 		p.unlist(old.(*Key))
+		p.limitSets.release(old.(*Key).RawLimits, true)
 	}
 }
 

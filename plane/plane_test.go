@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tokenlimit/tokenlimit/config"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -323,5 +325,87 @@ func TestFileStoreSkipsUnreadableLines(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(dir, FileName))
 	if err != nil || !bytes.Contains(data, []byte(`"key_later"`)) {
 		t.Errorf("the record of a later format is gone from the log (%v)", err)
+	}
+}
+
+// TestRecordsShareTheirLimits: the cached records given the same limits
+// hold one parse of them, a key's apart from a team's (keyed by the key,
+// not the team); the parse is forgotten with its last holder, whether that
+// record changes its limits, is deleted, or goes in a full reload.
+func TestRecordsShareTheirLimits(t *testing.T) {
+	t.Parallel()
+	now := t0
+	store := NewMemoryStore()
+	p := openPlane(t, store, &now)
+	ctx := context.Background()
+	rpm := []byte(`[{"name": "rpm", "algorithm": "fixed_window", "limit": "100/min"}]`)
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme", Limits: rpm}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, name := range []string{"a", "b", "c"} {
+		k, _, err := p.CreateKey(ctx, Spec{Name: name, Team: "acme", Limits: rpm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, k.ID)
+	}
+	limitsOf := func(id string) []config.Limit {
+		k, ok := p.Key(id)
+		if !ok {
+			t.Fatalf("key %s not cached", id)
+		}
+		return k.Limits
+	}
+	a, b := limitsOf(ids[0]), limitsOf(ids[1])
+	if &a[0] != &b[0] {
+		t.Error("two keys given the same limits hold two parses of them")
+	}
+	team, _ := p.Team("acme")
+	if &team.Limits[0] == &a[0] || team.Limits[0].Key[0] != TeamDescriptor || a[0].Key[0] != KeyDescriptor {
+		t.Errorf("a team and a key share limits: team keyed by %v, key by %v", team.Limits[0].Key, a[0].Key)
+	}
+	held := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := 0
+		for _, s := range p.limitSets.m {
+			n += s.holders
+		}
+		return n
+	}
+	if n := held(); n != 4 {
+		t.Errorf("%d records hold shared limits, want 4", n)
+	}
+
+	rph := []byte(`[{"name": "rph", "algorithm": "fixed_window", "limit": "1000/hour"}]`)
+	if _, err := p.UpdateKey(ctx, ids[0], Spec{Name: "a", Team: "acme", Limits: rph}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteKey(ctx, ids[1], AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitsOf(ids[0]); got[0].Name != "rph" {
+		t.Errorf("the updated key's limit is %q, want rph", got[0].Name)
+	}
+	if got := limitsOf(ids[2]); got[0].Name != "rpm" || &got[0] != &b[0] {
+		t.Errorf("the key left alone lost its shared limits: %+v", got)
+	}
+	recs, _, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.apply(recs, true)
+	if n := held(); n != 3 {
+		t.Errorf("after an update, a deletion and a full reload %d records hold shared limits, want 3", n)
+	}
+	if err := p.DeleteKey(ctx, ids[2], AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	_, kept := p.limitSets.m[limitSetKey{key: true, raw: string(rpm)}]
+	p.mu.Unlock()
+	if kept {
+		t.Error("the keys' rpm limits are kept after their last key was deleted")
 	}
 }

@@ -194,7 +194,7 @@ const (
 // rules (config.ParseLimits), keyed by the key or the team; the first
 // error names its field.
 func parseLimits(raw json.RawMessage, key bool) ([]config.Limit, error) {
-	if len(raw) == 0 || string(raw) == "null" {
+	if noLimits(raw) {
 		return nil, nil
 	}
 	limits, err := config.ParseLimits(raw, "limits")
@@ -218,6 +218,9 @@ func parseLimits(raw json.RawMessage, key bool) ([]config.Limit, error) {
 	}
 	return limits, nil
 }
+
+// noLimits reports whether raw gives no limits: empty, or null.
+func noLimits(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
 
 // TeamOf validates s as a team.
 func TeamOf(s Spec, env Env) (Team, error) {
