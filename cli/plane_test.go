@@ -194,7 +194,7 @@ func TestProxyServesThePlane(t *testing.T) {
 		Start: time.Now(), Edit: func(o *service.Options) { o.Plane = pl }}).Service
 	var proxied []string
 	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { proxied = append(proxied, r.URL.Path) })
-	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(map[string]string{"admin": "secret"}, false), Log: testkit.Quiet(), MaxBody: 1 << 16}
+	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(map[string]string{"admin": "secret"}, false, nil), Log: testkit.Quiet(), MaxBody: 1 << 16}
 	srv := httptest.NewServer(withAdmin(upstream, admin))
 	defer srv.Close()
 	base := srv.URL

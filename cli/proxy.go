@@ -16,8 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/proxy"
 	"github.com/tokenlimit/tokenlimit/service"
@@ -76,7 +74,7 @@ docs/proxy.md walks through it.`,
 	f.logFlags.register(fl)
 	fl.StringVar(&f.unknownKeys, "unknown-keys", "reject", "api keys missing from api_keys (and calls without one): reject (401), or default: the default_plan, all of them sharing the budgets of the one api_key \"unknown\"")
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "CIDR whose X-Forwarded-For is believed for the client ip (repeatable)")
-	fl.StringVar(&f.authFailures, "auth-failures", "10/min", "failed authentications (401) allowed per client ip, as N/period: N at once, then N per period; past it the ip gets 429 for every request until one more is allowed")
+	fl.StringVar(&f.authFailures, "auth-failures", "10/min", authFailuresHelp)
 	fl.Int64Var(&f.defaultMaxTokens, "default-max-tokens", proxy.DefaultMaxTokens, "reply tokens reserved for a call that sets no max_tokens (capped at the smallest token budget)")
 	fl.Int64Var(&f.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "largest request body the proxy reads and counts (413 above)")
 	fl.Int64Var(&f.maxResponseBytes, "max-response-bytes", proxy.DefaultMaxResponseBytes, "largest plain response buffered to read its usage; a larger one streams through and settles at the estimate")
@@ -160,11 +158,12 @@ func runProxy(ctx context.Context, f proxyFlags, out io.Writer) error {
 		return err
 	}
 	f.upstream = upstream.Redacted() // for the log: no password
-	tokens, err := serverAdminTokens(f.adminToken)
+	tokens, err := serverAdminTokens(f.adminToken, log)
 	if err != nil {
 		return err
 	}
-	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: httpx.NewAdminGate(tokens, f.adminAnywhere), Log: log, MaxBody: f.maxBodyBytes}
+	admin := httpx.PlaneAdmin{Plane: pl, Service: svc, Gate: tokens.newGate(svc, f.adminAnywhere, authFailures), Log: log, MaxBody: f.maxBodyBytes}
+	go tokens.watch(ctx, f.reloadEvery)
 	return serveProxy(ctx, log, f, file, svc, tr.handler(withAdmin(p, admin)), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 
@@ -204,19 +203,6 @@ func unknownKeysPolicy(s string) (proxy.UnknownKeys, error) {
 		return proxy.DefaultPlanForUnknownKeys, nil
 	}
 	return 0, fmt.Errorf("--unknown-keys %q: want reject or default: %w", s, errUsage)
-}
-
-// authFailuresLimit reads --auth-failures, N/period: a token bucket of N
-// refilled N per period.
-func authFailuresLimit(s string) (tokenlimit.Limit, error) {
-	n, per, err := config.ParseRate(s)
-	if err == nil {
-		lim := tokenlimit.TokenBucketLimit(n, n, per)
-		if err = lim.Validate(); err == nil {
-			return lim, nil
-		}
-	}
-	return tokenlimit.Limit{}, fmt.Errorf("--auth-failures %q: %w: %w", s, err, errUsage)
 }
 
 // upstreamKey returns --upstream-key, or $TOKENLIMIT_UPSTREAM_KEY when the

@@ -109,6 +109,7 @@ type serveFlags struct {
 	gcHeapFloor    int // MiB
 	adminToken     string
 	adminAnywhere  bool
+	authFailures   string
 	trustedProxies []string
 	reloadEvery    time.Duration
 	envoyConfig    string        // --envoy-config: the envoyproxy/ratelimit compatibility mode
@@ -161,6 +162,7 @@ rejected and the running limits stay.`,
 	f.logFlags.register(fl)
 	fl.BoolVar(&f.adminAnywhere, "admin-from-anywhere", false, "let /v1/admin/* answer clients that are not on loopback (they still need the token)")
 	fl.StringVar(&f.adminToken, "admin-token", "", "for /v1/admin/*, "+adminTokenHelp)
+	fl.StringVar(&f.authFailures, "auth-failures", "10/min", authFailuresHelp)
 	fl.StringSliceVar(&f.trustedProxies, "trusted-proxy", []string{"127.0.0.0/8", "::1/128"}, "CIDR whose X-Forwarded-For forward-auth believes (repeatable; replaces the default, loopback: a gateway on this host)")
 	fl.DurationVar(&f.reloadEvery, "reload-every", 2*time.Second, "how often to look for a changed --config file or --envoy-config directory (0: only on SIGHUP)")
 	fl.StringVar(&f.envoyConfig, "envoy-config", "", "directory of envoyproxy/ratelimit *.yaml files: answer as envoyproxy/ratelimit does (see docs/rls.md)")
@@ -174,7 +176,11 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tokens, err := serverAdminTokens(f.adminToken)
+	tokens, err := serverAdminTokens(f.adminToken, log)
+	if err != nil {
+		return err
+	}
+	authFailures, err := authFailuresLimit(f.authFailures)
 	if err != nil {
 		return err
 	}
@@ -198,12 +204,14 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 	}
 	defer closeStore()
 	log.Info("starting", "config", cfg.Source, "limits", len(cfg.Limits), "store", svc.Health().Store)
-	dashboard, err := web.New(svc, web.Options{AdminTokens: tokens, AdminFromAnywhere: f.adminAnywhere, Stats: svc.Stats(), Done: ctx.Done()})
+	gate := tokens.newGate(svc, f.adminAnywhere, authFailures)
+	go tokens.watch(ctx, f.reloadEvery)
+	dashboard, err := web.New(svc, web.Options{AdminGate: gate, Stats: svc.Stats(), Done: ctx.Done()})
 	if err != nil {
 		return err
 	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminTokens: tokens, AdminFromAnywhere: f.adminAnywhere, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
+		AdminGate: gate, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {

@@ -1,15 +1,13 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 
-	"github.com/tokenlimit/tokenlimit"
-	"github.com/tokenlimit/tokenlimit/config"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/peer"
 	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
@@ -17,18 +15,11 @@ import (
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
-// AuthFailuresLimit is the name of each client address's budget of failed
+// AuthFailuresLimit is the name of each client's budget of failed
 // authentications (Options.AuthFailures) in the store's keys and in
-// metrics. A configuration cannot give a limit this name.
-const AuthFailuresLimit = "proxy:auth-failures"
-
-// authFailuresLimit is the limit the service decides for failed
-// authentications: lim per ip, one per failure, failing open on the
-// replica's local budget while the store fails, and remembered once denied.
-func authFailuresLimit(lim tokenlimit.Limit) *config.Limit {
-	return &config.Limit{Name: AuthFailuresLimit, Key: []string{"ip"}, Limit: lim, Cost: config.Cost{Constant: 1},
-		FailOpen: true, FailOpenShare: 1, LocalCache: true}
-}
+// metrics, shared with the admin tokens' failed attempts. A configuration
+// cannot give a limit this name.
+const AuthFailuresLimit = httpx.AuthFailuresLimit
 
 // apiKeyOf returns the api key of r: its Authorization bearer token, else
 // its x-api-key (Anthropic's clients send one or the other); "" if none.
@@ -48,7 +39,7 @@ func apiKeyOf(r *http.Request) string {
 func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, c *call) bool {
 	ip, key := p.clientIP(r), apiKeyOf(r)
 	desc := map[string]string{"api_key": key, "ip": ip, "route": r.URL.Path}
-	if d, held := p.svc.LocalDenial(p.authFailures, desc); held {
+	if d, held := p.failures.Held(ip); held {
 		p.log.Debug("refused: too many failed authentications", "request_id", c.id, "ip", ip)
 		p.refuseAddress(w, c, d)
 		return false
@@ -76,8 +67,7 @@ func (p *Proxy) identify(w http.ResponseWriter, r *http.Request, c *call) bool {
 // authFailed charges a failed authentication from ip to its budget and
 // answers 401 saying why, or 429 if the store denies the charge.
 func (p *Proxy) authFailed(w http.ResponseWriter, r *http.Request, c *call, ip, key string, why error) {
-	// A client that leaves must not keep its failure from being counted.
-	d, err := p.svc.CheckLimit(context.WithoutCancel(r.Context()), p.authFailures, map[string]string{"ip": ip})
+	d, err := p.failures.Failed(r.Context(), ip)
 	switch {
 	case err != nil:
 		p.log.Error("counting a failed authentication failed", "request_id", c.id, "error", err)

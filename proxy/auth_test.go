@@ -244,6 +244,38 @@ func TestAuthFailuresLimited(t *testing.T) {
 	})
 }
 
+// TestAuthFailuresGroupIPv6By64: IPv6 clients are counted by their /64
+// (one site picks any address in it): failures from addresses of one /64
+// share a budget, another /64 has its own.
+func TestAuthFailuresGroupIPv6By64(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newEnv(t, store, withOptions(func(o *proxy.Options) {
+			o.UnknownKeys = proxy.RejectUnknownKeys
+			o.AuthFailures = tokenlimit.TokenBucketLimit(2, 2, time.Minute)
+			o.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		}))
+		from := func(addr, key string) int {
+			resp, _ := e.sendWith("/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key, "X-Forwarded-For": addr}, chatBody)
+			return resp.StatusCode
+		}
+		for _, c := range []struct {
+			addr, key string
+			status    int
+		}{
+			{"2001:db8:7:1::1", "sk-wrong", http.StatusUnauthorized},
+			{"2001:db8:7:1:aaaa::2", "sk-wrong", http.StatusUnauthorized},
+			{"2001:db8:7:1::3", "sk-wrong", http.StatusTooManyRequests},
+			{"2001:db8:7:1::4", alice, http.StatusTooManyRequests},
+			{"2001:db8:7:2::1", "sk-wrong", http.StatusUnauthorized},
+		} {
+			if got := from(c.addr, c.key); got != c.status {
+				t.Fatalf("from %s with %s: status %d, want %d", c.addr, c.key, got, c.status)
+			}
+		}
+	})
+}
+
 // TestRefusedSecretIsNotAnUnknownKey: under DefaultPlanForUnknownKeys a key
 // that is no one's is served under the default plan, but a secret of the
 // plane's form that the plane refuses (unknown, revoked) is 401: it is

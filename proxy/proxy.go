@@ -112,12 +112,12 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed when
 	// finding the client's ip. Empty: the connection's address is the ip.
 	TrustedProxies []netip.Prefix
-	// AuthFailures is each client address's budget of failed
-	// authentications (requests answered 401), kept in the service's store
-	// as limit AuthFailuresLimit keyed by ip. Once the store denies one,
-	// the replica answers 429 to every request from that address, whatever
-	// its key, until the budget admits one again. Zero:
-	// DefaultAuthFailures.
+	// AuthFailures is each client's budget of failed authentications
+	// (requests answered 401), kept in the service's store as limit
+	// AuthFailuresLimit keyed by the client: its ip, or an IPv6 address's
+	// /64. Once the store denies one, the replica answers 429 to every
+	// request from that client, whatever its key, until the budget admits
+	// one again. Zero: DefaultAuthFailures.
 	AuthFailures tokenlimit.Limit
 	// DefaultMaxTokens is the reply budget reserved for a request that sets
 	// no max_tokens (max_completion_tokens, max_output_tokens); it is capped
@@ -215,12 +215,12 @@ type Settlement struct {
 // Proxy is an http.Handler forwarding to an OpenAI-compatible upstream under
 // a service's limits. It is safe for concurrent use.
 type Proxy struct {
-	svc          *service.Service
-	opts         Options
-	tok          counter
-	log          *slog.Logger
-	rp           *httputil.ReverseProxy
-	authFailures *config.Limit // opts.AuthFailures, as the service checks it
+	svc      *service.Service
+	opts     Options
+	tok      counter
+	log      *slog.Logger
+	rp       *httputil.ReverseProxy
+	failures *httpx.AuthFailures // opts.AuthFailures, as the service checks it
 }
 
 // New returns a proxy enforcing svc's limits in front of opts.Upstream.
@@ -241,7 +241,7 @@ func New(svc *service.Service, opts Options) (*Proxy, error) {
 	if err := opts.AuthFailures.Validate(); err != nil {
 		return nil, fmt.Errorf("proxy: AuthFailures: %w", err)
 	}
-	p := &Proxy{svc: svc, opts: opts, tok: counter{opts.Tokenizer}, log: opts.Logger, authFailures: authFailuresLimit(opts.AuthFailures)}
+	p := &Proxy{svc: svc, opts: opts, tok: counter{opts.Tokenizer}, log: opts.Logger, failures: httpx.NewAuthFailures(svc, opts.AuthFailures)}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        p.rewrite,
 		ModifyResponse: p.modifyResponse,

@@ -65,6 +65,10 @@ type Options struct {
 	// AdminFromAnywhere lets the inspector answer clients that are not on
 	// loopback; by default only 127.0.0.0/8 and ::1 may use it.
 	AdminFromAnywhere bool
+	// AdminGate, if not nil, guards the inspector in place of a gate of
+	// AdminToken, AdminTokens and AdminFromAnywhere (which are then
+	// unused): the server's, shared with its API.
+	AdminGate *httpx.AdminGate
 	// Stats are the service's live decision counts (service.Service.Stats),
 	// shown by the overview. Nil: the overview shows the store's health
 	// and the configuration, and says that live counts are off.
@@ -97,7 +101,7 @@ type Options struct {
 type dashboard struct {
 	svc     *service.Service
 	opts    Options
-	admin   httpx.AdminGate
+	admin   *httpx.AdminGate
 	static  fs.FS
 	etags   map[string]string
 	sims    *sim.Simulators
@@ -123,14 +127,15 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := httpx.WithAdminToken(opts.AdminTokens, "", opts.AdminToken)
-	if err != nil {
-		return nil, fmt.Errorf("web: %w", err)
+	gate := opts.AdminGate
+	if gate == nil {
+		tokens, err := httpx.WithAdminToken(opts.AdminTokens, "", opts.AdminToken)
+		if err != nil {
+			return nil, fmt.Errorf("web: %w", err)
+		}
+		gate = httpx.NewAdminGate(tokens, opts.AdminFromAnywhere, nil)
 	}
-	d := &dashboard{
-		svc: svc, opts: opts, admin: httpx.NewAdminGate(tokens, opts.AdminFromAnywhere),
-		static: static, etags: etags,
-	}
+	d := &dashboard{svc: svc, opts: opts, admin: gate, static: static, etags: etags}
 	if d.sims, err = sim.New(sim.Options{Clock: opts.Clock, MaxSessions: opts.MaxSessions, SessionIdle: opts.SessionIdle}); err != nil {
 		return nil, err
 	}

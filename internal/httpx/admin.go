@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/peer"
+	"github.com/tokenlimit/tokenlimit/service"
 )
 
 // AdminGate guards admin endpoints. A request passes only if an admin token
@@ -20,10 +26,15 @@ import (
 // the handler then finds that token's name with AdminName. Tokens are
 // compared as SHA-256 digests in constant time, each of them, so neither
 // their content, their length nor which one matched leaks through timing.
-// The zero value refuses everything (no token).
+// With failures, every request refused for its token (401) is a failed
+// authentication of its connection's address, and an address past its
+// budget is answered 429 whatever token it carries. The tokens may be
+// replaced while requests pass (SetTokens). It is safe for concurrent use;
+// the zero value refuses everything (no token).
 type AdminGate struct {
-	tokens       []adminToken
+	tokens       atomic.Pointer[[]adminToken]
 	fromAnywhere bool
+	failures     *AuthFailures // nil: failures are not counted
 }
 
 // adminToken is one admin token's digest and its name.
@@ -37,16 +48,26 @@ const DefaultAdminName = "admin"
 
 // NewAdminGate returns the gate of tokens, by name; none (or only empty
 // tokens) disables the admin endpoints (403). fromAnywhere lets clients
-// off loopback in.
-func NewAdminGate(tokens map[string]string, fromAnywhere bool) AdminGate {
-	g := AdminGate{fromAnywhere: fromAnywhere}
+// off loopback in. failures, if not nil, counts the attempts refused for
+// their token.
+func NewAdminGate(tokens map[string]string, fromAnywhere bool, failures *AuthFailures) *AdminGate {
+	g := &AdminGate{fromAnywhere: fromAnywhere, failures: failures}
+	g.SetTokens(tokens)
+	return g
+}
+
+// SetTokens replaces the gate's tokens, by name, for the requests that
+// arrive from then on; none (or only empty tokens) disables the admin
+// endpoints.
+func (g *AdminGate) SetTokens(tokens map[string]string) {
+	list := make([]adminToken, 0, len(tokens))
 	for name, token := range tokens {
 		if token != "" {
-			g.tokens = append(g.tokens, adminToken{name: name, token: peer.NewToken(token)})
+			list = append(list, adminToken{name: name, token: peer.NewToken(token)})
 		}
 	}
-	slices.SortFunc(g.tokens, func(a, b adminToken) int { return strings.Compare(a.name, b.name) })
-	return g
+	slices.SortFunc(list, func(a, b adminToken) int { return strings.Compare(a.name, b.name) })
+	g.tokens.Store(&list)
 }
 
 // WithAdminToken returns named, the admin tokens by name, with token added
@@ -85,14 +106,20 @@ func AdminName(ctx context.Context) string {
 // the request carries an admin token; otherwise it calls next with the
 // token's name in the request's context (AdminName). what names the
 // guarded feature in the messages, such as "the admin endpoints".
-func (g AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
+func (g *AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, e := g.check(what, r)
+		if e != nil && e.Status == http.StatusUnauthorized {
+			e = g.failed(r, e)
+		}
 		if e != nil {
-			if e.Status == http.StatusUnauthorized {
+			switch e.Status {
+			case http.StatusUnauthorized:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)
+			case http.StatusTooManyRequests:
+				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.wait.Seconds())), 10))
 			}
-			WriteError(w, e)
+			WriteError(w, &e.Error)
 			return
 		}
 		next(w, r.WithContext(context.WithValue(r.Context(), adminNameKey{}, name)))
@@ -102,36 +129,84 @@ func (g AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 // Off says why the guarded endpoints refuse r whatever token it carries
 // (no admin token configured, or r not from loopback), naming them as what;
 // "" when a request with the token would be served.
-func (g AdminGate) Off(what string, r *http.Request) string {
+func (g *AdminGate) Off(what string, r *http.Request) string {
 	if _, e := g.check(what, r); e != nil && e.Status == http.StatusForbidden {
 		return e.Message
 	}
 	return ""
 }
 
+// refusal is why the gate refuses a request, and for a 429 how long its
+// client waits.
+type refusal struct {
+	Error
+	wait time.Duration
+}
+
 // check returns the name of the admin token r carries, or why r is
 // refused.
-func (g AdminGate) check(what string, r *http.Request) (string, *Error) {
+func (g *AdminGate) check(what string, r *http.Request) (string, *refusal) {
+	var tokens []adminToken
+	if p := g.tokens.Load(); p != nil {
+		tokens = *p
+	}
 	switch {
-	case len(g.tokens) == 0:
-		return "", &Error{Status: http.StatusForbidden, Field: "Authorization",
-			Message: what + " are disabled: start the server with an admin token (--admin-token) to enable them"}
+	case len(tokens) == 0:
+		return "", &refusal{Error: Error{Status: http.StatusForbidden, Field: "Authorization",
+			Message: what + " are disabled: start the server with an admin token (--admin-token) to enable them"}}
 	case !g.fromAnywhere && !peer.IsLoopback(r):
-		return "", &Error{Status: http.StatusForbidden,
-			Message: what + " answer loopback clients only (serve --admin-from-anywhere to change it)"}
+		return "", &refusal{Error: Error{Status: http.StatusForbidden,
+			Message: what + " answer loopback clients only (serve --admin-from-anywhere to change it)"}}
+	}
+	if g.failures != nil {
+		if d, held := g.failures.Held(connAddr(r)); held {
+			return "", tooManyFailures(d)
+		}
 	}
 	given := peer.TokenOf(r)
 	found := -1
-	for i, t := range g.tokens { // every one: how long this takes says nothing of which matched
+	for i, t := range tokens { // every one: how long this takes says nothing of which matched
 		if t.token.Equal(given) {
 			found = i
 		}
 	}
 	if found < 0 {
-		return "", &Error{Status: http.StatusUnauthorized, Field: "Authorization",
-			Message: "want Authorization: Bearer <admin token>"}
+		return "", &refusal{Error: Error{Status: http.StatusUnauthorized, Field: "Authorization",
+			Message: "want Authorization: Bearer <admin token>"}}
 	}
-	return g.tokens[found].name, nil
+	return tokens[found].name, nil
+}
+
+// failed counts the failed authentication of r, refused with e (a 401),
+// and returns e, or the 429 of a client past its budget. A failure the
+// store cannot count leaves e as it is.
+func (g *AdminGate) failed(r *http.Request, e *refusal) *refusal {
+	if g.failures == nil {
+		return e
+	}
+	if d, err := g.failures.Failed(r.Context(), connAddr(r)); err == nil && !d.Allowed {
+		return tooManyFailures(d)
+	}
+	return e
+}
+
+// tooManyFailures is the 429 of a client whose budget of failed
+// authentications d denied.
+func tooManyFailures(d service.Decision) *refusal {
+	o, _ := d.Tightest()
+	return &refusal{Error: Error{Status: http.StatusTooManyRequests, Field: "Authorization",
+		Message: fmt.Sprintf("too many failed authentications from your address (%s): try again in %s", AuthFailuresLimit, o.RetryAfter.Round(time.Millisecond))},
+		wait: o.RetryAfter}
+}
+
+// connAddr is the address of r's connection: failed admin attempts are
+// counted by it, never by a header the client writes (the loopback rule
+// reads none either).
+func connAddr(r *http.Request) string {
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		return ap.Addr().String()
+	}
+	return r.RemoteAddr
 }
 
 // adminNamePattern is what an admin token's name may be.

@@ -14,7 +14,7 @@ import (
 // carries lets it in, and the handler learns that token's name.
 func TestAdminGateNamesTheToken(t *testing.T) {
 	t.Parallel()
-	g := NewAdminGate(map[string]string{"alice": "tok-a", "bob": "tok-b", "off": ""}, false)
+	g := NewAdminGate(map[string]string{"alice": "tok-a", "bob": "tok-b", "off": ""}, false, nil)
 	var who string
 	h := g.Wrap("the admin endpoints", func(w http.ResponseWriter, r *http.Request) { who = AdminName(r.Context()) })
 	for _, c := range []struct{ bearer, who string }{{"tok-a", "alice"}, {"tok-b", "bob"}, {"", ""}, {"tok-c", ""}} {

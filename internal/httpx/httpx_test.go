@@ -35,21 +35,21 @@ func TestAdminGate(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name      string
-		gate      AdminGate
+		gate      *AdminGate
 		remote    string
 		auth      string
 		status    int
 		field     string
 		challenge bool
 	}{
-		{"no token", NewAdminGate(nil, false), "127.0.0.1:1", "Bearer ", http.StatusForbidden, "Authorization", false},
-		{"zero gate", AdminGate{}, "127.0.0.1:1", "Bearer x", http.StatusForbidden, "Authorization", false},
-		{"remote", NewAdminGate(map[string]string{"ops": "s3cret"}, false), "192.0.2.1:1", "Bearer s3cret", http.StatusForbidden, "", false},
-		{"missing", NewAdminGate(map[string]string{"ops": "s3cret"}, false), "127.0.0.1:1", "", http.StatusUnauthorized, "Authorization", true},
-		{"wrong", NewAdminGate(map[string]string{"ops": "s3cret"}, false), "[::1]:1", "Bearer s3cre", http.StatusUnauthorized, "Authorization", true},
-		{"basic", NewAdminGate(map[string]string{"ops": "s3cret"}, false), "[::1]:1", "Basic s3cret", http.StatusUnauthorized, "Authorization", true},
-		{"loopback", NewAdminGate(map[string]string{"ops": "s3cret"}, false), "127.0.0.1:1", "Bearer s3cret", http.StatusOK, "", false},
-		{"from anywhere", NewAdminGate(map[string]string{"ops": "s3cret"}, true), "192.0.2.1:1", "bearer s3cret", http.StatusOK, "", false},
+		{"no token", NewAdminGate(nil, false, nil), "127.0.0.1:1", "Bearer ", http.StatusForbidden, "Authorization", false},
+		{"zero gate", &AdminGate{}, "127.0.0.1:1", "Bearer x", http.StatusForbidden, "Authorization", false},
+		{"remote", NewAdminGate(map[string]string{"ops": "s3cret"}, false, nil), "192.0.2.1:1", "Bearer s3cret", http.StatusForbidden, "", false},
+		{"missing", NewAdminGate(map[string]string{"ops": "s3cret"}, false, nil), "127.0.0.1:1", "", http.StatusUnauthorized, "Authorization", true},
+		{"wrong", NewAdminGate(map[string]string{"ops": "s3cret"}, false, nil), "[::1]:1", "Bearer s3cre", http.StatusUnauthorized, "Authorization", true},
+		{"basic", NewAdminGate(map[string]string{"ops": "s3cret"}, false, nil), "[::1]:1", "Basic s3cret", http.StatusUnauthorized, "Authorization", true},
+		{"loopback", NewAdminGate(map[string]string{"ops": "s3cret"}, false, nil), "127.0.0.1:1", "Bearer s3cret", http.StatusOK, "", false},
+		{"from anywhere", NewAdminGate(map[string]string{"ops": "s3cret"}, true, nil), "192.0.2.1:1", "bearer s3cret", http.StatusOK, "", false},
 	} {
 		code, e, h := answer(t, tt.gate.Wrap("the admin endpoints", ok), req(tt.remote, tt.auth))
 		if code != tt.status || e.Field != tt.field || (h.Get("WWW-Authenticate") != "") != tt.challenge {

@@ -21,7 +21,7 @@ import (
 type PlaneAdmin struct {
 	Plane   *plane.Plane
 	Service *service.Service
-	Gate    AdminGate
+	Gate    *AdminGate
 	Log     *slog.Logger
 	MaxBody int64
 }

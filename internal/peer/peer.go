@@ -54,6 +54,23 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
 	return addr
 }
 
+// ClientGroup is the client a request's address a stands for where one
+// client's attempts are counted together (budgets of failed
+// authentications): an IPv4 address whole, an IPv6 address by its /64
+// ("2001:db8:1:2::/64"), since one site gets a /64 and picks any address
+// in it at will. An IPv4-mapped address counts as IPv4; an invalid one is
+// "".
+func ClientGroup(a netip.Addr) string {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return ""
+	case a.Is4():
+		return a.String()
+	}
+	return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+}
+
 // forwardedFor lists the X-Forwarded-For entries of every such header, in
 // order.
 func forwardedFor(h http.Header) []string {

@@ -81,3 +81,22 @@ func TestTokenCarriedBy(t *testing.T) {
 		t.Error("an empty token matched a request with none")
 	}
 }
+
+func TestClientGroup(t *testing.T) {
+	for _, c := range []struct{ addr, want string }{
+		{"192.0.2.7", "192.0.2.7"},
+		{"::ffff:192.0.2.7", "192.0.2.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", "2001:db8:1:3::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"::1", "::/64"},
+	} {
+		if got := ClientGroup(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("ClientGroup(%s) = %q, want %q", c.addr, got, c.want)
+		}
+	}
+	if got := ClientGroup(netip.Addr{}); got != "" {
+		t.Errorf("ClientGroup(invalid) = %q, want empty", got)
+	}
+}

@@ -44,6 +44,11 @@ type Options struct {
 	// even with the right token, so that a service listening on a public
 	// address does not expose them.
 	AdminFromAnywhere bool
+	// AdminGate, if not nil, guards the admin endpoints in place of a gate
+	// of AdminToken, AdminTokens and AdminFromAnywhere (which are then
+	// unused): a server's own, shared with its dashboard, whose tokens it
+	// may replace at run time and whose failed attempts it may count.
+	AdminGate *httpx.AdminGate
 	// TrustedProxies are the networks whose X-Forwarded-For the
 	// forward-auth endpoint believes. A request from elsewhere is
 	// attributed to its connection's address.
@@ -70,7 +75,7 @@ type api struct {
 	svc   *service.Service
 	opts  Options
 	log   *slog.Logger
-	admin httpx.AdminGate
+	admin *httpx.AdminGate
 }
 
 // New returns the API's handler over svc. It fails if svc is nil or an
@@ -93,11 +98,15 @@ func New(svc *service.Service, opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	tokens, err := httpx.WithAdminToken(opts.AdminTokens, opts.AdminName, opts.AdminToken)
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: New: %w", err)
+	gate := opts.AdminGate
+	if gate == nil {
+		tokens, err := httpx.WithAdminToken(opts.AdminTokens, opts.AdminName, opts.AdminToken)
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: New: %w", err)
+		}
+		gate = httpx.NewAdminGate(tokens, opts.AdminFromAnywhere, nil)
 	}
-	a := &api{svc: svc, opts: opts, log: opts.Logger, admin: httpx.NewAdminGate(tokens, opts.AdminFromAnywhere)}
+	a := &api{svc: svc, opts: opts, log: opts.Logger, admin: gate}
 	return a.routes(), nil
 }
 
