@@ -96,6 +96,9 @@ func dialNamedRedis(name string, st config.Store, log *slog.Logger) (*redisConn,
 // startRedis starts connecting with opt, as dialRedis says.
 func startRedis(opt rueidis.ClientOption, log *slog.Logger) *redisConn {
 	opt.DisableCache = true
+	// A call's connection, dialled on the call's context, never holds the
+	// call past its deadline (see rueidisclient.Dial).
+	opt.DialCtxFn = rueidisclient.Dial
 	c := &redisConn{
 		addrs: strings.Join(opt.InitAddress, ","), log: log,
 		tried: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),

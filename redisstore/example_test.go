@@ -14,10 +14,12 @@ import (
 	"github.com/tokenlimit/tokenlimit/redisstore/rueidisclient"
 )
 
-// The Redis store over rueidis. (Compiled, not run: it needs a Redis at
-// 127.0.0.1:6379; the package's tests run the same calls on real servers.)
+// The Redis store over rueidis, dialling through rueidisclient.Dial so that
+// a call with a deadline keeps it when it dials. (Compiled, not run: it
+// needs a Redis at 127.0.0.1:6379; the package's tests run the same calls
+// on real servers.)
 func ExampleNew() {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, DialCtxFn: rueidisclient.Dial})
 	if err != nil {
 		panic(err)
 	}

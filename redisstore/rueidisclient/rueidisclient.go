@@ -1,6 +1,8 @@
 // Package rueidisclient adapts github.com/redis/rueidis to
 // redisstore.Scripter. rueidis pipelines concurrent calls on shared
 // connections automatically, which makes it the faster client under load.
+// Dial, as the client's DialCtxFn, keeps a call that dials within its
+// deadline.
 package rueidisclient
 
 import (
