@@ -32,12 +32,15 @@ const linkDelay = 40 * time.Millisecond
 
 // regionsConfig: a global limit per org in home, fail-closed, leased on
 // the terms of the second %s (", lease: {...}", or "" for none), and a
-// per-user bucket in each region's own store.
+// per-user bucket in each region's own store. The global limit is a
+// bucket of %d that refills one a day: no window ends during a test (a
+// fixed window would start afresh at the top of an hour), and what a test
+// admits is the capacity, give or take one.
 const regionsConfig = `
 stores:
   home: {redis: "redis://127.0.0.1:1"}
 limits:
-  - {name: global, key: [org], algorithm: fixed_window, limit: %d/h, store: home, failure_mode: closed%s}
+  - {name: global, key: [org], algorithm: token_bucket, capacity: %d, refill: 1/d, store: home, failure_mode: closed%s}
   - {name: per-user, key: [user], algorithm: token_bucket, capacity: 100000, refill: 100000/s}
 `
 
@@ -161,7 +164,7 @@ func newWorld(tb testing.TB, replicas int, limit int64, lease string, timeouts .
 func (w *world) used(org string) int64 {
 	w.t.Helper()
 	results := make([]tokenlimit.Result, 1)
-	item := tokenlimit.Item{Key: "global|org=" + org, Limit: tokenlimit.FixedWindowLimit(w.limit, time.Hour)}
+	item := tokenlimit.Item{Key: "global|org=" + org, Limit: tokenlimit.TokenBucketLimit(w.limit, 1, 24*time.Hour)}
 	if _, err := w.peek.Check(context.Background(), time.Now(), []tokenlimit.Item{item}, results); err != nil {
 		w.t.Fatalf("reading home: %v", err)
 	}
@@ -215,11 +218,12 @@ func TestRegionsShareAGlobalLimit(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if got := tl.admitted.Load(); got != limit {
-		t.Errorf("the regions admitted %d, want exactly the global limit %d", got, limit)
+	// The bucket may refill one during the test.
+	if got := tl.admitted.Load(); got < limit || got > limit+1 {
+		t.Errorf("the regions admitted %d, want the global limit %d (one more if the bucket refilled one)", got, limit)
 	}
 	if got := w.used("acme"); got != limit {
-		t.Errorf("the home store counts %d, want %d", got, limit)
+		t.Errorf("the home store counts %d used, want %d", got, limit)
 	}
 	if tl.unavailable.Load() != 0 {
 		t.Errorf("%d answers unavailable with every link up", tl.unavailable.Load())
@@ -287,8 +291,8 @@ func TestRegionCutOffFollowsTheFailureMode(t *testing.T) {
 		}
 		admitted.Add(1)
 	}
-	if used := w.used("acme"); used < admitted.Load() || used > limit {
-		t.Errorf("home counts %d with %d admitted: want at least every admitted call (a call cut off may have landed), never past %d", used, admitted.Load(), limit)
+	if used := w.used("acme"); used < admitted.Load()-1 || used > limit {
+		t.Errorf("home counts %d with %d admitted: want at least every admitted call (a call cut off may have landed; less one the bucket may refill), never past %d", used, admitted.Load(), limit)
 	}
 
 	cut.relay.Release(tcprelay.Replies)
@@ -364,11 +368,11 @@ func TestRegionLeasesDecideLocally(t *testing.T) {
 	admitted += tl.admitted.Load()
 	// At most maxLiveLeases (2) leases with cost left per replica.
 	outstanding := int64(2 * size * 2 * len(w.regions))
-	if admitted > limit || admitted < limit-outstanding {
+	if admitted > limit+1 || admitted < limit-outstanding { // +1: the bucket may refill one
 		t.Errorf("the regions admitted %d, want between %d (the limit less the leases outstanding) and %d", admitted, limit-outstanding, limit)
 	}
-	if used := w.used("acme"); used > limit || used < admitted {
-		t.Errorf("the home store counts %d with %d admitted, want between them and the limit %d", used, admitted, limit)
+	if used := w.used("acme"); used > limit || used < admitted-1 {
+		t.Errorf("the home store counts %d used with %d admitted, want between them and the limit %d", used, admitted, limit)
 	}
 	if tl.unavailable.Load() != 0 {
 		t.Errorf("%d answers unavailable with every link up", tl.unavailable.Load())
@@ -383,7 +387,7 @@ func TestRegionCutOffDecidesFromItsLease(t *testing.T) {
 	t.Parallel()
 	const limit, size = 1000, 50
 	w := newWorld(t, 1, limit, fmt.Sprintf("{size: %d, ttl: 30s}", size), time.Second, 10*time.Second)
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), onPath{}, true)
 	cut, other := w.regions[0], w.regions[1]
 	check := func(svc *service.Service, user string) service.Decision {
 		t.Helper()
@@ -394,12 +398,16 @@ func TestRegionCutOffDecidesFromItsLease(t *testing.T) {
 		return d
 	}
 	var admitted atomic.Int64
-	testkit.Eventually(t, 20*time.Second, "the region holding a lease", func() bool {
+	// Held once a call is admitted with no store call on its path (a
+	// take that times out on a loaded machine leaves calls to the store
+	// for a while).
+	testkit.Eventually(t, 30*time.Second, "the region holding a lease", func() bool {
+		before := cut.calls[0].onPath.Load()
 		ok := check(cut.replicas[0], "u").Allowed
 		if ok {
 			admitted.Add(1)
 		}
-		return ok
+		return ok && cut.calls[0].onPath.Load() == before
 	})
 
 	cut.relay.Hold(tcprelay.Replies)
@@ -422,8 +430,8 @@ func TestRegionCutOffDecidesFromItsLease(t *testing.T) {
 		}
 		admitted.Add(1)
 	}
-	if used := w.used("acme"); used < admitted.Load() || used > limit {
-		t.Errorf("home counts %d with %d admitted: want at least every admitted call, never past %d", used, admitted.Load(), limit)
+	if used := w.used("acme"); used < admitted.Load()-1 || used > limit {
+		t.Errorf("home counts %d with %d admitted: want at least every admitted call (less one the bucket may refill), never past %d", used, admitted.Load(), limit)
 	}
 	cut.relay.Release(tcprelay.Replies)
 	testkit.Eventually(t, 30*time.Second, "the cut region deciding again", func() bool {
@@ -431,9 +439,9 @@ func TestRegionCutOffDecidesFromItsLease(t *testing.T) {
 	})
 }
 
-// BenchmarkRegionAdmittedCall times admitted calls of a replica in a
-// region whose global limit lives in home over the slow link, reporting
-// their p50 and p99 (p50-ms, p99-ms): without a lease every call is a
+// BenchmarkRegionAdmittedCall times admitted calls of the global limit
+// alone by a replica in a region whose home is over the slow link,
+// reporting their p50 and p99 (p50-ms, p99-ms): without a lease every call is a
 // round trip; with one (a lease of 100,000, enough for the calls made
 // while the next is taken) calls are paid in process.
 func BenchmarkRegionAdmittedCall(b *testing.B) {
@@ -441,7 +449,8 @@ func BenchmarkRegionAdmittedCall(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			w := newWorld(b, 1, tokenlimit.MaxQuota, v.lease, 5*time.Second)
 			svc := w.regions[0].replicas[0]
-			req := service.Request{Descriptors: D{"org": "acme", "user": "u"}}
+			// The global limit alone: what the call takes is what it adds.
+			req := service.Request{Descriptors: D{"org": "acme"}}
 			if d, err := svc.Check(context.Background(), req); err != nil || !d.Allowed { // the first lease
 				b.Fatalf("Check: %s, %v", describe(d), err)
 			}
@@ -456,8 +465,8 @@ func BenchmarkRegionAdmittedCall(b *testing.B) {
 				lat = append(lat, took)
 			}
 			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e6, "p99-ms")
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e6, "p50-ms")
 		})
 	}
 }
