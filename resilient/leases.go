@@ -396,6 +396,10 @@ func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Li
 	var out tokenlimit.ReserveOutcome
 	sent := ls.f.clock()
 	failed, err := ls.f.call(context.Background(), opLease, func(ctx context.Context) error {
+		// What the budget admitted locally in an outage is counted first.
+		if err := ls.f.writeBack(ctx, req.Items); err != nil {
+			return err
+		}
 		var err error
 		out, err = storekit.Reserve(ctx, ls.f.store, sent, req, res[:])
 		return err
