@@ -50,6 +50,11 @@ echo "==> the quota plane at 100,000 keys on Redis: yaml vs plane, commands per 
 
 # The service: the Envoy RLS Go benchmarks (client and server in one test
 # process), then tokenlimit serve under httpload (a child process).
+echo "==> one hot key through the service: 4 replicas x 16 callers over HTTP, embedded vs redis vs leases"
+(cd bench && go run ./cmd/leaseload -lease '{size: 1000, ttl: 2s}' -runs "$rounds") >"$out/leaseload.md" 2>"$out/leaseload.log"
+echo "==> across regions: an admitted call of a global limit over an 80 ms link, with and without a lease"
+go test -run '^$' -bench 'BenchmarkRegionAdmittedCall/^lease$' -benchtime 5000x -count "$rounds" ./service/ >"$out/regions.txt"
+go test -run '^$' -bench 'BenchmarkRegionAdmittedCall/^no-lease$' -benchtime 300x -count 1 ./service/ >>"$out/regions.txt"
 echo "==> server/rlsv3 Go benchmarks, $rounds rounds"
 : >"$out/rlsv3.txt"
 for _ in $(seq "$rounds"); do
