@@ -16,6 +16,8 @@ import (
 // answers and on local budgets while it fails. A call goes through these
 // steps, each in one place:
 //
+//  0. leased items (Policy.Lease) are paid from this replica's leases of
+//     their budgets (leasedecide.go, leases.go); only the rest goes on;
 //  1. the recovery hold (hold.go): budgets recovering from an outage are
 //     charged on their local budgets first (budget.go's Recovering);
 //  2. the store call through Store (deadline and breaker), preceded by the
@@ -135,8 +137,9 @@ var ErrTooManyReservations = errors.New("too many settlements wait for the store
 // Failover is the fault layer: a store with a deadline and a breaker
 // (Store), local budgets for fail-open items while it fails, the memory
 // that seeds them and writes back what they admitted (FailOpen), the
-// recovery hold (hold.go) and the reconciling of local reservations
-// (reconcile.go). It is safe for concurrent use.
+// recovery hold (hold.go), the reconciling of local reservations
+// (reconcile.go) and the leases of leased budgets (leases.go; Close
+// returns them). It is safe for concurrent use.
 type Failover struct {
 	store      tokenlimit.Store
 	info       tokenlimit.StoreInfo

@@ -6,8 +6,9 @@
 // envoyproxy/ratelimit drop-in applies its failure modes to ErrUnavailable.
 // Failover (failover.go) is the service's whole fault layer on top of it:
 // failure modes per item, local budgets while the store fails, the
-// write-back, the recovery hold and the reconciling of local reservations;
-// budget.go names the states a budget goes through.
+// write-back, the recovery hold, the reconciling of local reservations and
+// leases (budgets decided in process from shares taken from the store,
+// lease.go); budget.go names the states a budget goes through.
 //
 // It sits below service and envoycompat and above the stores: it imports
 // no transport and no configuration.
