@@ -199,12 +199,27 @@ func (f *FailOpen) find(sh *failOpenShard, k budgetKey) *budgetMemory {
 	return nil
 }
 
-// entry returns k's entry in sh, making one (evicting at now if full) if it
-// has none. The caller holds sh.mu.
-func (f *FailOpen) entry(sh *failOpenShard, k budgetKey, now time.Time) *budgetMemory {
-	if m := f.find(sh, k); m != nil {
-		return m
+// lock locks k's shard and returns it with k's entry there, nil if it has
+// none. The caller unlocks sh.mu.
+func (f *FailOpen) lock(k budgetKey) (sh *failOpenShard, m *budgetMemory) {
+	sh = f.shard(k)
+	sh.mu.Lock()
+	return sh, f.find(sh, k)
+}
+
+// lockEntry is lock, making k's entry (evicting at now if full) if it has
+// none.
+func (f *FailOpen) lockEntry(k budgetKey, now time.Time) (*failOpenShard, *budgetMemory) {
+	sh, m := f.lock(k)
+	if m == nil {
+		m = f.add(sh, k, now)
 	}
+	return sh, m
+}
+
+// add makes k's entry in sh, which has none, evicting at now if full. The
+// caller holds sh.mu.
+func (f *FailOpen) add(sh *failOpenShard, k budgetKey, now time.Time) *budgetMemory {
 	if sh.n >= f.perShard {
 		f.evict(sh, now) // may unlink an entry of k's slot
 	}
@@ -276,12 +291,10 @@ func (f *FailOpen) Remember(item tokenlimit.Item, p Policy, r tokenlimit.Result,
 		return
 	}
 	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lock(k)
 	defer sh.mu.Unlock()
-	m := f.find(sh, k)
 	if m == nil {
-		m = f.entry(sh, k, clock())
+		m = f.add(sh, k, clock())
 	}
 	// Answers of concurrent calls arrive in any order: keep the latest,
 	// and of answers at the same time the one with less left.
@@ -301,16 +314,15 @@ func (f *FailOpen) Remember(item tokenlimit.Item, p Policy, r tokenlimit.Result,
 // local state (whole, if it never failed over).
 func (f *FailOpen) Seed(local tokenlimit.Store, item tokenlimit.Item, now time.Time) error {
 	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lock(k)
 	defer sh.mu.Unlock()
-	return f.seedOne(local, sh, k, item.Limit, now)
+	return seedOne(local, m, k, item.Limit, now)
 }
 
-// seedOne seeds one budget; the caller holds sh.mu, so that requests
-// failing over at once seed it once, and none decides on it half seeded.
-func (f *FailOpen) seedOne(local tokenlimit.Store, sh *failOpenShard, k budgetKey, localLimit tokenlimit.Limit, now time.Time) error {
-	m := f.find(sh, k)
+// seedOne seeds k's budget from m, its entry (nil if none); the caller
+// holds m's lock, so that requests failing over at once seed it once, and
+// none decides on it half seeded.
+func seedOne(local tokenlimit.Store, m *budgetMemory, k budgetKey, localLimit tokenlimit.Limit, now time.Time) error {
 	if m == nil || !m.known || m.seeded {
 		return nil
 	}
@@ -367,11 +379,8 @@ func (f *FailOpen) Admitted(item tokenlimit.Item, p Policy, r tokenlimit.Result,
 	if p.Concurrency || item.Cost == 0 {
 		return
 	}
-	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lockEntry(f.keyOf(item), now)
 	defer sh.mu.Unlock()
-	m := f.entry(sh, k, now)
 	if m.pending == 0 {
 		f.pending.Add(1)
 	}
@@ -389,11 +398,8 @@ func (f *FailOpen) Refunded(item tokenlimit.Item, p Policy) {
 	if p.Concurrency || item.Cost == 0 || !f.AnyPending() {
 		return
 	}
-	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lock(f.keyOf(item))
 	defer sh.mu.Unlock()
-	m := f.find(sh, k)
 	if m == nil || m.pending == 0 {
 		return
 	}
@@ -422,11 +428,8 @@ func (f *FailOpen) HasPending(item tokenlimit.Item) bool {
 	if !f.AnyPending() {
 		return false
 	}
-	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lock(f.keyOf(item))
 	defer sh.mu.Unlock()
-	m := f.find(sh, k)
 	return m != nil && m.pending > 0
 }
 
@@ -439,9 +442,7 @@ func (f *FailOpen) TakePending(w *Writeback, item tokenlimit.Item, now time.Time
 		return
 	}
 	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
-	m := f.find(sh, k)
+	sh, m := f.lock(k)
 	var cost int64
 	var name string
 	var until time.Time
@@ -469,10 +470,7 @@ func (f *FailOpen) TakePending(w *Writeback, item tokenlimit.Item, now time.Time
 // would admit past the limit.
 func (f *FailOpen) PutBack(w Writeback, now time.Time) {
 	for i, a := range w.Adjustments {
-		k := f.budget(a.Key, a.Limit.Algorithm)
-		sh := f.shard(k)
-		sh.mu.Lock()
-		m := f.entry(sh, k, now)
+		sh, m := f.lockEntry(f.budget(a.Key, a.Limit.Algorithm), now)
 		if m.pending == 0 {
 			f.pending.Add(1)
 		}
@@ -509,21 +507,16 @@ func (f *FailOpen) AnsweredLocally(item tokenlimit.Item, p Policy, r tokenlimit.
 	if p.Concurrency {
 		return
 	}
-	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lockEntry(f.keyOf(item), now)
 	defer sh.mu.Unlock()
-	m := f.entry(sh, k, now)
 	f.on(m, LocalAnswered, at, at.Add(r.ResetAfter))
 }
 
 // WrittenBack records that the store took the write-back adjs at now.
 func (f *FailOpen) WrittenBack(adjs []tokenlimit.Adjustment, now time.Time) {
 	for _, a := range adjs {
-		k := f.budget(a.Key, a.Limit.Algorithm)
-		sh := f.shard(k)
-		sh.mu.Lock()
-		if m := f.find(sh, k); m != nil && m.phase.State == Local {
+		sh, m := f.lock(f.budget(a.Key, a.Limit.Algorithm))
+		if m != nil && m.phase.State == Local {
 			f.on(m, StoreAnswered, now, time.Time{})
 		}
 		sh.mu.Unlock()
@@ -543,11 +536,8 @@ func (f *FailOpen) Recovering(item tokenlimit.Item, p Policy, now time.Time) (re
 	if !f.AnyRecovering() || !p.Open || p.Shadow || p.Concurrency || item.Cost == 0 {
 		return false, false
 	}
-	k := f.keyOf(item)
-	sh := f.shard(k)
-	sh.mu.Lock()
+	sh, m := f.lock(f.keyOf(item))
 	defer sh.mu.Unlock()
-	m := f.find(sh, k)
 	if m == nil || !f.on(m, Asked, now, time.Time{}) {
 		return false, false
 	}

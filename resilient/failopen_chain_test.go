@@ -19,7 +19,7 @@ func TestFailOpenSharedSlotKeepsBudgetsApart(t *testing.T) {
 	keys := []budgetKey{{"a", alg, h}, {"b", alg, h}, {"c", alg, h}}
 	sh := f.shard(keys[0])
 	for i, k := range keys {
-		m := f.entry(sh, k, now)
+		m := f.add(sh, k, now)
 		m.known, m.remaining = true, int64(i)
 		m.reset = now.Add(time.Duration(i+1) * time.Second)
 	}
@@ -42,12 +42,12 @@ func TestFailOpenSharedSlotKeepsBudgetsApart(t *testing.T) {
 		t.Error("budget d, never remembered, found an entry")
 	}
 	// The shard is full: a new budget evicts the entry that ends first, a.
-	f.entry(sh, budgetKey{"d", alg, h}, now)
+	f.add(sh, budgetKey{"d", alg, h}, now)
 	if _, ok := remaining(keys[0]); ok || sh.n != 3 {
 		t.Errorf("after evicting: a found %v, %d entries; want a gone, 3 entries", ok, sh.n)
 	}
 	// d, the chain's head, has no answer: it ends first and goes next.
-	f.entry(sh, budgetKey{"e", alg, h}, now)
+	f.add(sh, budgetKey{"e", alg, h}, now)
 	if _, ok := remaining(budgetKey{"d", alg, h}); ok || sh.n != 3 {
 		t.Errorf("after evicting again: d found %v, %d entries; want d gone, 3 entries", ok, sh.n)
 	}
