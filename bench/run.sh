@@ -47,6 +47,8 @@ echo "load average after loadcompare: $(cat /proc/loadavg)" >>"$out/machine.txt"
 
 echo "==> the quota plane at 100,000 keys on Redis: yaml vs plane, commands per decision, memory per key"
 (cd bench && go run ./cmd/planeload) >"$out/planeload.md" 2>"$out/planeload.log"
+echo "==> one hot key through the library: 4 limiters x 16 goroutines on one redis-server, with and without leases"
+(cd bench && go run ./cmd/leaselib -runs "$rounds") >"$out/leaselib.md" 2>"$out/leaselib.log"
 
 # The service: the Envoy RLS Go benchmarks (client and server in one test
 # process), then tokenlimit serve under httpload (a child process).
