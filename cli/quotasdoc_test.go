@@ -224,6 +224,14 @@ func TestQuotasDocWalkThrough(t *testing.T) {
 		t.Fatalf("the page's curl creating ci: %d %v", code, ci)
 	}
 
+	// Both keys were created through serve: the proxy has them once it
+	// has followed Redis' stream (its admin API reads the same plane).
+	for _, id := range []string{laptop.ID, ci["id"].(string)} {
+		testkit.Eventually(t, 5*time.Second, "key "+id+" on the proxy", func() bool {
+			code, _ := call(t, http.MethodGet, proxy+"/v1/admin/keys/"+id, "")
+			return code == http.StatusOK
+		})
+	}
 	chat := docBody(t, doc, `-d '{"model": "gpt-4o"`)
 	spend := func(secret string) (*http.Response, string) {
 		t.Helper()
