@@ -269,10 +269,8 @@ func (r *Reservation) OK() bool { return r.out.Status.Admitted() }
 // Status is what the store did with the reservation; 0 if it failed.
 func (r *Reservation) Status() ReserveStatus { return r.out.Status }
 
-// At is when the reservation was charged (zero if it failed).
-func (r *Reservation) At() time.Time { return r.out.At }
-
-// Decision is the check's answer: allowed only when OK.
+// Decision is the check's answer: allowed only when OK, at the time the
+// reservation was charged (zero if it failed).
 func (r *Reservation) Decision() Decision {
 	return Decision{Allowed: r.OK(), At: r.out.At, Results: append([]Result(nil), r.results...)}
 }

@@ -215,15 +215,16 @@ func TestReserveFailedIsANonNilReservation(t *testing.T) {
 
 func TestSettleTwiceIsAlreadySettled(t *testing.T) {
 	t.Parallel()
-	lim, _, _ := newTestLimiter(t)
+	lim, _, clock := newTestLimiter(t)
 	ctx := context.Background()
 	l := tokenlimit.TokenBucketLimit(100, 1, time.Minute)
 	res, err := lim.Reserve(ctx, tokenlimit.Item{Key: "k", Limit: l, Cost: 40})
 	if err != nil || !res.OK() || res.Status() != tokenlimit.Reserved {
 		t.Fatalf("reserve: %v, %v", res, err)
 	}
-	if d := res.Decision(); !res.At().Equal(d.At) || len(res.Items()) != 1 || res.Items()[0].Cost != 40 || len(res.ID()) != 32 {
-		t.Errorf("reservation %q at %v with items %+v, want a 32-digit id, at %v with the estimate 40", res.ID(), res.At(), res.Items(), d.At)
+	if d := res.Decision(); !d.At.Equal(clock.Now()) || !d.Allowed || len(res.Items()) != 1 || res.Items()[0].Cost != 40 || len(res.ID()) != 32 {
+		t.Errorf("reservation %q at %v (allowed %v) with items %+v, want a 32-digit id, allowed at %v with the estimate 40",
+			res.ID(), d.At, d.Allowed, res.Items(), clock.Now())
 	}
 	if got, err := res.Settle(ctx, 25); err != nil || got != tokenlimit.Settled {
 		t.Fatal(got, err)

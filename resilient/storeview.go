@@ -87,7 +87,7 @@ func (f *Failover) Reserve(ctx context.Context, _ time.Time, req tokenlimit.Rese
 	case res == nil:
 		return tokenlimit.ReserveOutcome{Status: tokenlimit.Denied, At: a.At}, nil
 	}
-	return tokenlimit.ReserveOutcome{Status: res.Status(), At: res.At()}, nil
+	return tokenlimit.ReserveOutcome{Status: res.Status(), At: a.At}, nil // a.At is the reservation's
 }
 
 // Describe says what the wrapped store says of itself.
