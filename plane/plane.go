@@ -56,6 +56,9 @@ type Plane struct {
 	// limitSets holds the records' parsed limits, shared by the records
 	// given the same.
 	limitSets limitSets
+	// slots holds a slot for every team name that is a cached team's or
+	// that a cached key names; keys point to theirs.
+	slots map[string]*teamSlot
 	// versions holds the last version applied of each record, deletions
 	// included, so that a write seen twice (made here, then watched) or
 	// late is applied once, in order.
@@ -178,6 +181,7 @@ func (p *Plane) applyOne(r Record) {
 			if old, ok := p.teams.Swap(t.ID, t); ok {
 				p.limitSets.release(old.(*Team).RawLimits, false)
 			}
+			p.slot(t.ID).team.Store(t)
 			p.lmu.Lock()
 			p.teamList.put(t)
 			p.lmu.Unlock()
@@ -185,6 +189,7 @@ func (p *Plane) applyOne(r Record) {
 	case KindKey:
 		var k *Key
 		if k, err = decodeKey(r, p.limitSets.acquire); err == nil {
+			p.holdSlot(k)
 			p.digests.put(k.Digest, k)
 			if k.PrevDigest != "" {
 				p.digests.put(k.PrevDigest, k)
@@ -193,6 +198,7 @@ func (p *Plane) applyOne(r Record) {
 			if ok {
 				p.unindex(old.(*Key))
 				p.limitSets.release(old.(*Key).RawLimits, true)
+				p.releaseSlot(old.(*Key))
 			}
 			p.list(k, old)
 		}
@@ -218,6 +224,10 @@ func (p *Plane) forget(kind Kind, id string) {
 		if old, ok := p.teams.LoadAndDelete(id); ok {
 			p.limitSets.release(old.(*Team).RawLimits, false)
 		}
+		if slot := p.slots[id]; slot != nil {
+			slot.team.Store(nil)
+			p.dropIdleSlot(id)
+		}
 		p.lmu.Lock()
 		p.teamList.remove(id)
 		p.lmu.Unlock()
@@ -227,6 +237,7 @@ func (p *Plane) forget(kind Kind, id string) {
 		p.unindex(old.(*Key))
 		p.unlist(old.(*Key))
 		p.limitSets.release(old.(*Key).RawLimits, true)
+		p.releaseSlot(old.(*Key))
 	}
 }
 
@@ -302,8 +313,7 @@ func (p *Plane) AuthenticateDigest(sum *[sha256.Size]byte, now time.Time) (*Key,
 	}
 	var team *Team
 	if k.Team != "" {
-		var ok bool
-		if team, ok = p.Team(k.Team); !ok {
+		if team = k.slot.team.Load(); team == nil {
 			return nil, nil, ErrUnknownKey
 		}
 		if err := usable(&team.Common, now); err != nil {

@@ -409,3 +409,67 @@ func TestRecordsShareTheirLimits(t *testing.T) {
 		t.Error("the keys' rpm limits are kept after their last key was deleted")
 	}
 }
+
+// TestKeysReadTheirTeamAsItChanges: a key sees its team's every change
+// (through its slot), refuses calls while its team is gone and accepts
+// them once a team of that name is back; a slot is forgotten once neither
+// a team nor a key holds it.
+func TestKeysReadTheirTeamAsItChanges(t *testing.T) {
+	t.Parallel()
+	now := t0
+	p := openPlane(t, NewMemoryStore(), &now)
+	ctx := context.Background()
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	k, secret, err := p.CreateKey(ctx, Spec{Name: "k", Team: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(step string, wantErr error) {
+		t.Helper()
+		_, team, err := p.Authenticate(secret, now)
+		switch {
+		case !errors.Is(err, wantErr):
+			t.Errorf("%s: %v, want %v", step, err, wantErr)
+		case err == nil && (team == nil || team.ID != "acme"):
+			t.Errorf("%s: team %+v, want acme", step, team)
+		}
+	}
+	want("created", nil)
+	if _, err := p.UpdateTeam(ctx, "acme", Spec{Disabled: true}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	want("team disabled", ErrKeyDisabled)
+	if _, err := p.UpdateTeam(ctx, "acme", Spec{}, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	want("team enabled again", nil)
+	// DeleteTeam refuses a team with keys; a replica may still see the
+	// team go first (another replica's writes, a reload).
+	if err := p.remove(ctx, KindTeam, "acme", AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	want("team gone", ErrUnknownKey)
+	if _, err := p.CreateTeam(ctx, Spec{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	want("team back", nil)
+	slots := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.slots)
+	}
+	if n := slots(); n != 1 {
+		t.Errorf("%d team slots for one team, want 1", n)
+	}
+	if err := p.DeleteKey(ctx, k.ID, AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteTeam(ctx, "acme", AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if n := slots(); n != 0 {
+		t.Errorf("%d team slots once the team and its key are gone, want 0", n)
+	}
+}

@@ -51,6 +51,9 @@ type Key struct {
 	// keys its budgets, and the raw digests (zero for none).
 	value        string
 	raw, prevRaw [32]byte
+	// slot holds its team (nil without one), set once the plane caches
+	// the key.
+	slot *teamSlot
 }
 
 // Common is what teams and keys share.
