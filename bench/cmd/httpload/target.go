@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,9 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/bench/internal/servechild"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/memstore"
 	"github.com/tokenlimit/tokenlimit/redisstore"
@@ -56,90 +51,21 @@ func buildBinary(ctx context.Context, repo, dir string) (string, error) {
 }
 
 // startChild runs `tokenlimit serve` as a child process with HTTP, gRPC and
-// pprof on free loopback ports, and learns the ports from its log. With
-// redisURL empty it serves the embedded store.
+// pprof on free loopback ports. With redisURL empty it serves the embedded
+// store.
 func startChild(ctx context.Context, bin, configPath, redisURL string) (*target, error) {
 	args := []string{"serve", "--config", configPath, "--reload-every", "0",
 		"--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--pprof-listen", "127.0.0.1:0"}
 	if redisURL != "" {
 		args = append(args, "--redis", redisURL)
 	}
-	cmd := exec.Command(bin, args...)
-	killWithParent(cmd)
-	stdout, err := cmd.StdoutPipe()
+	c, err := servechild.Start(ctx, bin, args, servechild.HTTP, servechild.GRPC, servechild.Pprof)
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	done := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(done) }()
-
-	// The service logs one JSON line per listener; after them, the log is
-	// drained (denials are logged at info) so that the child never blocks.
-	addrs := make(chan map[string]string, 1)
-	go func() {
-		found := map[string]string{}
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			if found == nil {
-				continue
-			}
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Addr == "" {
-				continue
-			}
-			switch {
-			case line.Msg == "serving HTTP":
-				found["http"] = line.Addr
-			case strings.HasPrefix(line.Msg, "serving gRPC"):
-				found["grpc"] = line.Addr
-			case line.Msg == "serving pprof":
-				found["pprof"] = line.Addr
-			}
-			if len(found) == 3 {
-				addrs <- found
-				found = nil
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			return errors.New("tokenlimit serve did not stop within 15s of SIGTERM")
-		}
-		var exit *exec.ExitError
-		if errors.As(waitErr, &exit) && !exit.Exited() {
-			return nil // killed by our signal before its handler ran
-		}
-		if waitErr != nil {
-			return fmt.Errorf("tokenlimit serve: %w\n%s", waitErr, stderr.Bytes())
-		}
-		return nil
-	}
-	select {
-	case a := <-addrs:
-		t := &target{httpAddr: a["http"], grpcAddr: a["grpc"], pprofAddr: a["pprof"], pid: cmd.Process.Pid, stop: stop}
-		return t, waitHTTP(ctx, t.httpAddr)
-	case <-done:
-		return nil, fmt.Errorf("tokenlimit serve exited at start: %v\n%s", waitErr, stderr.Bytes())
-	case <-time.After(30 * time.Second):
-		_ = stop()
-		return nil, fmt.Errorf("tokenlimit serve did not log its addresses within 30s\n%s", stderr.Bytes())
-	case <-ctx.Done():
-		_ = stop()
-		return nil, ctx.Err()
-	}
+	t := &target{httpAddr: c.Addrs[servechild.HTTP], grpcAddr: c.Addrs[servechild.GRPC],
+		pprofAddr: c.Addrs[servechild.Pprof], pid: c.Pid, stop: c.Stop}
+	return t, waitHTTP(ctx, t.httpAddr)
 }
 
 // waitHTTP waits until GET /healthz answers 200.

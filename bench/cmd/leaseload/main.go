@@ -33,10 +33,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +55,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
 	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
+	"github.com/tokenlimit/tokenlimit/bench/internal/servechild"
 )
 
 type options struct {
@@ -206,55 +205,11 @@ func startReplica(ctx context.Context, bin, path, redisURL string) (*replica, er
 	if redisURL != "" {
 		args = append(args, "--redis", redisURL)
 	}
-	cmd := exec.Command(bin, args...)
-	killWithParent(cmd)
-	stdout, err := cmd.StdoutPipe()
+	c, err := servechild.Start(ctx, bin, args, servechild.HTTP)
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	addr := make(chan string, 1)
-	// The address comes from the service's "serving HTTP" line; the rest of
-	// the log is drained so that the replica never blocks on it.
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		sent := false
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if !sent && json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving HTTP" {
-				addr <- line.Addr
-				sent = true
-			}
-		}
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	select {
-	case a := <-addr:
-		return &replica{addr: a, pid: cmd.Process.Pid, stop: stop}, nil
-	case <-done:
-		return nil, fmt.Errorf("tokenlimit serve exited at start\n%s", stderr.Bytes())
-	case <-time.After(30 * time.Second):
-		stop()
-		return nil, fmt.Errorf("tokenlimit serve did not log its address within 30s\n%s", stderr.Bytes())
-	case <-ctx.Done():
-		stop()
-		return nil, ctx.Err()
-	}
+	return &replica{addr: c.Addrs[servechild.HTTP], pid: c.Pid, stop: func() { _ = c.Stop() }}, nil
 }
 
 // slice is what one variant did in one slice.

@@ -1,4 +1,4 @@
-package main
+package servechild
 
 import (
 	"os/exec"
