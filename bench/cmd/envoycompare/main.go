@@ -55,6 +55,7 @@ import (
 
 	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
 	"github.com/tokenlimit/tokenlimit/bench/internal/runstat"
+	"github.com/tokenlimit/tokenlimit/bench/internal/servechild"
 )
 
 type options struct {
@@ -169,11 +170,9 @@ func run(args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "tokenlimit")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/tokenlimit")
-	build.Dir = o.repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/tokenlimit: %w\n%s", err, out)
+	bin, err := servechild.Build(context.Background(), o.repo, tmp)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("# envoycompare — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Printf("- %d callers over %d HTTP/2 connections per service (the load generator's minimal gRPC client: prepared requests, every answer checked); %d runs of %d slices of %s per service, alternating; medians of the runs\n",

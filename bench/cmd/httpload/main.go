@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/bench/internal/redisserver"
+	"github.com/tokenlimit/tokenlimit/bench/internal/servechild"
 )
 
 //go:embed bench.yaml
@@ -212,7 +213,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var bin string
 	if o.server == "child" {
 		progress("building cmd/tokenlimit")
-		if bin, err = buildBinary(ctx, o.repo, tmp); err != nil {
+		if bin, err = servechild.Build(ctx, o.repo, tmp); err != nil {
 			return err
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,18 +34,6 @@ type target struct {
 	pprofAddr string // empty when the target serves no pprof
 	pid       int    // the child's process id; 0 in process
 	stop      func() error
-}
-
-// buildBinary builds cmd/tokenlimit of the repository at repo into dir and
-// returns its path.
-func buildBinary(ctx context.Context, repo, dir string) (string, error) {
-	bin := filepath.Join(dir, "tokenlimit")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tokenlimit")
-	cmd.Dir = repo
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/tokenlimit in %s: %w\n%s", repo, err, out)
-	}
-	return bin, nil
 }
 
 // startChild runs `tokenlimit serve` as a child process with HTTP, gRPC and

@@ -41,7 +41,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -142,11 +141,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "tokenlimit")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tokenlimit")
-	build.Dir = o.repo
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/tokenlimit in %s: %w\n%s", o.repo, err, out)
+	bin, err := servechild.Build(ctx, o.repo, dir)
+	if err != nil {
+		return err
 	}
 	redis, err := redisserver.Start(o.redisServer)
 	if err != nil {

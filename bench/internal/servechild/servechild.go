@@ -11,10 +11,23 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 )
+
+// Build builds cmd/tokenlimit of the repository at repo into dir and
+// returns the binary's path.
+func Build(ctx context.Context, repo, dir string) (string, error) {
+	bin := filepath.Join(dir, "tokenlimit")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tokenlimit")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/tokenlimit in %s: %w\n%s", repo, err, out)
+	}
+	return bin, nil
+}
 
 // Listener names a listener by the start of the message the service logs
 // for it ("serving HTTP", "serving gRPC", "serving pprof").
