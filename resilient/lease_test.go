@@ -92,6 +92,9 @@ func TestLeaseDecidesCallsInProcess(t *testing.T) {
 	if got := e.event(resilient.LeaseTaken); got != 20 {
 		t.Fatalf("taken %d; want 20", got)
 	}
+	if s := e.stats(); s.Taken != 2 || s.Denied != 0 || s.Failed != 0 || s.Returned != 0 || s.Stood != 0 {
+		t.Fatalf("stats %+v: want 2 taken, nothing else", s)
+	}
 }
 
 // TestLeaseReturnsItsUnusedPartWhenItExpires: at its TTL a lease settles
@@ -109,8 +112,8 @@ func TestLeaseReturnsItsUnusedPartWhenItExpires(t *testing.T) {
 	if got := e.remaining(t, "hot", limit); got != 97 {
 		t.Fatalf("store's budget has %d left after the return; want 97", got)
 	}
-	if s := e.stats(); s.Outstanding != 0 {
-		t.Fatalf("stats %+v: want no lease held", s)
+	if s := e.stats(); s.Outstanding != 0 || s.Unused != 0 || s.Taken != 1 || s.Returned != 7 {
+		t.Fatalf("stats %+v: want no lease held, 1 taken and 7 returned", s)
 	}
 }
 
@@ -187,6 +190,9 @@ func TestLeaseOfAnEmptyBudgetDecidesOnTheStore(t *testing.T) {
 	}
 	if c, r := e.store.Checks(), e.store.Reserves(); c != 5 || r != 2 {
 		t.Fatalf("%d checks, %d takes; want 5 and 2", c, r)
+	}
+	if s := e.stats(); s.Taken != 1 || s.Denied != 1 || s.Failed != 0 {
+		t.Fatalf("stats %+v: want 1 take taken, 1 denied", s)
 	}
 }
 

@@ -181,6 +181,14 @@ func (r *leaseRun) finish() {
 		r.t.Errorf("leased %d; admitted from leases %d + returned %d + stood %d = %d: every leased unit must be accounted for once",
 			taken, r.fromLease, returned, stood, r.fromLease+returned+stood)
 	}
+	var sum resilient.LeaseStats
+	for _, f := range r.replicas {
+		s := f.LeaseStats()["model"]
+		sum.Taken, sum.Returned, sum.Stood = sum.Taken+s.Taken, sum.Returned+s.Returned, sum.Stood+s.Stood
+	}
+	if sum.Taken*r.policy.Lease.Size != taken || sum.Returned != returned || sum.Stood != stood {
+		r.t.Errorf("the replicas' lease totals %+v disagree with their observers: leased %d, returned %d, stood %d", sum, taken, returned, stood)
+	}
 	if taken == 0 || r.fromLease == 0 {
 		r.t.Errorf("leased %d, admitted from leases %d: the run never exercised leases", taken, r.fromLease)
 	}

@@ -109,8 +109,9 @@ func (f *Failover) ReturnLeases(ctx context.Context) error {
 	return f.leases.returnAll(ctx)
 }
 
-// LeaseStats returns what each limit's leases hold on this replica, by
-// the limit's name (Policy.Limit); limits holding none are left out.
+// LeaseStats returns what each limit's leases hold on this replica and
+// what became of its leases since f was made, by the limit's name
+// (Policy.Limit); limits that never asked for a lease are left out.
 func (f *Failover) LeaseStats() map[string]LeaseStats {
 	if f.leases == nil {
 		return map[string]LeaseStats{}

@@ -62,12 +62,51 @@ func (e LeaseEvent) String() string {
 	return [...]string{"taken", "denied", "failed", "returned", "stood"}[e]
 }
 
-// LeaseStats is what one limit's leases hold on this replica.
+// LeaseStats is what one limit's leases hold on this replica now, and
+// what became of its leases since the Failover was made.
 type LeaseStats struct {
 	// Outstanding is how many leases are held (taken and not yet ended).
 	Outstanding int
 	// Leased is their total size; Unused what they can still admit.
 	Leased, Unused int64
+	// Taken, Denied and Failed count the takes by outcome (LeaseTaken,
+	// LeaseDenied, LeaseFailed).
+	Taken, Denied, Failed int64
+	// Returned and Stood are the unused parts of ended leases, in the
+	// limit's units: refunded to the store (LeaseReturned), or left
+	// charged (LeaseStood).
+	Returned, Stood int64
+}
+
+// add is s with o's counts added, as for one limit over several stores.
+func (s LeaseStats) add(o LeaseStats) LeaseStats {
+	return LeaseStats{
+		Outstanding: s.Outstanding + o.Outstanding, Leased: s.Leased + o.Leased, Unused: s.Unused + o.Unused,
+		Taken: s.Taken + o.Taken, Denied: s.Denied + o.Denied, Failed: s.Failed + o.Failed,
+		Returned: s.Returned + o.Returned, Stood: s.Stood + o.Stood,
+	}
+}
+
+// leaseTotals are one limit's lease events since the table was made: the
+// counts of LeaseTaken, LeaseDenied and LeaseFailed, and the amounts of
+// LeaseReturned and LeaseStood, indexed by LeaseEvent. Safe for
+// concurrent use.
+type leaseTotals [LeaseStood + 1]atomic.Int64
+
+// count adds an event: 1 for a take's outcome, the amount for a return.
+func (t *leaseTotals) count(ev LeaseEvent, amount int64) {
+	switch ev {
+	case LeaseReturned, LeaseStood:
+		t[ev].Add(amount)
+	default:
+		t[ev].Add(1)
+	}
+}
+
+// stats is t as LeaseStats (nothing held).
+func (t *leaseTotals) stats() LeaseStats {
+	return LeaseStats{Taken: t[LeaseTaken].Load(), Denied: t[LeaseDenied].Load(), Failed: t[LeaseFailed].Load(),
+		Returned: t[LeaseReturned].Load(), Stood: t[LeaseStood].Load()}
 }
 
 // leaseKey names a budget as the stores do.
@@ -135,6 +174,9 @@ type leases struct {
 	// closing is closed once close has returned every lease: returns
 	// waiting to try again give up.
 	closing chan struct{}
+	// totals are each limit's lease events, by the limit's name (names
+	// come from the policies, so the map is bounded like their metrics).
+	totals sync.Map // string -> *leaseTotals
 }
 
 type leaseShard struct {
@@ -571,7 +613,14 @@ func (ls *leases) sleep(d time.Duration) bool {
 	}
 }
 
+// observe counts a lease event in the limit's totals and reports it to
+// the Failover's observer.
 func (ls *leases) observe(name string, ev LeaseEvent, amount int64) {
+	t, ok := ls.totals.Load(name)
+	if !ok {
+		t, _ = ls.totals.LoadOrStore(name, new(leaseTotals))
+	}
+	t.(*leaseTotals).count(ev, amount)
 	if ls.f.observer.Lease != nil {
 		ls.f.observer.Lease(name, ev, amount)
 	}
@@ -644,9 +693,14 @@ func waitFor(ctx context.Context, wait func()) error {
 	}
 }
 
-// stats returns what each limit's leases hold, by limit name.
+// stats returns what each limit's leases hold and their totals, by limit
+// name, for every limit that asked for a lease.
 func (ls *leases) stats() map[string]LeaseStats {
 	out := map[string]LeaseStats{}
+	ls.totals.Range(func(name, t any) bool {
+		out[name.(string)] = t.(*leaseTotals).stats()
+		return true
+	})
 	for i := range ls.shards {
 		sh := &ls.shards[i]
 		sh.mu.RLock()

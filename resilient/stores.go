@@ -365,17 +365,15 @@ func (s *Stores) eachLayer(fn func(f *Failover) error) error {
 	return nil
 }
 
-// LeaseStats returns what each limit's leases hold on this replica, over
-// every store (a limit's budgets live in one store), by the limit's name.
+// LeaseStats returns what each limit's leases hold on this replica and
+// their totals (Failover.LeaseStats), summed over every store (a limit
+// moved to another store by a reload has totals in both), by the limit's
+// name.
 func (s *Stores) LeaseStats() map[string]LeaseStats {
 	out := map[string]LeaseStats{}
 	for _, l := range s.layers {
 		for name, st := range l.LeaseStats() {
-			sum := out[name]
-			sum.Outstanding += st.Outstanding
-			sum.Leased += st.Leased
-			sum.Unused += st.Unused
-			out[name] = sum
+			out[name] = out[name].add(st)
 		}
 	}
 	return out

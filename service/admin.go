@@ -53,11 +53,21 @@ type LeaseInfo struct {
 	// a lease decides calls.
 	Size int64
 	TTL  time.Duration
-	// Outstanding is how many leases this replica holds; Unused what they
-	// can still admit (held back from the other replicas until used or
-	// returned).
+	// Outstanding is how many leases this replica holds, Leased their
+	// total size, and Unused what they can still admit (held back from
+	// the other replicas until used or returned).
 	Outstanding int
+	Leased      int64
 	Unused      int64
+	// Taken, Denied and Failed count this replica's takes of a lease
+	// since it started, by outcome: taken (the store charged a lease
+	// whole), denied (less than a lease left), failed (the store failed).
+	Taken, Denied, Failed int64
+	// Returned and Stood are the unused parts of this replica's ended
+	// leases since it started, in the limit's units: refunded to the
+	// store, or left charged (the store failed until the lease's record
+	// expired, or the replica stopped while it failed).
+	Returned, Stood int64
 }
 
 // Limits lists the limits in force, in configuration order.
@@ -83,7 +93,8 @@ func (s *Service) Limits() []LimitInfo {
 				leases = s.fault.LeaseStats()
 			}
 			held := leases[l.Name]
-			out[i].Lease = &LeaseInfo{Size: l.Lease.Size, TTL: l.Lease.TTL, Outstanding: held.Outstanding, Unused: held.Unused}
+			out[i].Lease = &LeaseInfo{Size: l.Lease.Size, TTL: l.Lease.TTL, Outstanding: held.Outstanding, Leased: held.Leased, Unused: held.Unused,
+				Taken: held.Taken, Denied: held.Denied, Failed: held.Failed, Returned: held.Returned, Stood: held.Stood}
 		}
 	}
 	return out

@@ -56,14 +56,9 @@ func TestLeasedLimitIsDecidedInProcess(t *testing.T) {
 		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_unused", "limit", "hot"); got != 60 {
 			t.Errorf("tokenlimit_lease_unused = %v; want 60 (two leases of 50, 40 used)", got)
 		}
-		var hot *service.LeaseInfo
-		for _, l := range e.Service.Limits() {
-			if l.Name == "hot" {
-				hot = l.Lease
-			}
-		}
-		if hot == nil || hot.Size != 50 || hot.TTL != 2*time.Second || hot.Outstanding != 2 || hot.Unused != 60 {
-			t.Errorf("listing of hot: lease %+v; want size 50, ttl 2s, 2 outstanding, 60 unused", hot)
+		hot := leaseOf(e.Service, "hot")
+		if want := (service.LeaseInfo{Size: 50, TTL: 2 * time.Second, Outstanding: 2, Leased: 100, Unused: 60, Taken: 2}); hot == nil || *hot != want {
+			t.Errorf("listing of hot: lease %+v; want %+v", hot, want)
 		}
 
 		// A call under both limits: the store decides per-user; once it
@@ -94,9 +89,23 @@ func TestLeasedLimitIsDecidedInProcess(t *testing.T) {
 		if got := testkit.Metric(t, e.Registry, "tokenlimit_lease_returned_total", "limit", "hot", "result", "returned"); got != 57+49 {
 			t.Errorf("returned after close: %v; want %d", got, 57+49)
 		}
+		if l := leaseOf(e.Service, "hot"); l == nil || l.Outstanding != 0 || l.Unused != 0 || l.Taken != 3 || l.Returned != 57+49 || l.Stood != 0 {
+			t.Errorf("listing of hot after close: lease %+v; want none held, 3 taken, %d returned", l, 57+49)
+		}
 		d, err := e.Service.Inspect(ctx, acme)
 		if err != nil || len(d.Limits) != 1 || d.Limits[0].Remaining != 1000-44 {
 			t.Errorf("hot's budget after close: %+v, %v; want exactly the 44 admitted charged (956 left)", d, err)
 		}
 	})
+}
+
+// leaseOf returns the lease of svc's limit name in its listing, nil if it
+// has none.
+func leaseOf(svc *service.Service, name string) *service.LeaseInfo {
+	for _, l := range svc.Limits() {
+		if l.Name == name {
+			return l.Lease
+		}
+	}
+	return nil
 }

@@ -27,13 +27,21 @@ type Limit struct {
 	Lease       *Lease               `json:"lease,omitempty"`
 }
 
-// Lease is the JSON shape of a leased limit's terms and what this
-// replica's leases of it hold (service.LeaseInfo).
+// Lease is the JSON shape of a leased limit's terms, what this replica's
+// leases of it hold, and its takes and returns since the replica started
+// (service.LeaseInfo). Amounts are in the limit's units; TTLMs in
+// milliseconds.
 type Lease struct {
 	Size        int64 `json:"size"`
 	TTLMs       int64 `json:"ttl_ms"`
 	Outstanding int   `json:"outstanding"`
+	Leased      int64 `json:"leased"`
 	Unused      int64 `json:"unused"`
+	Taken       int64 `json:"taken"`
+	Denied      int64 `json:"denied"`
+	Failed      int64 `json:"failed"`
+	Returned    int64 `json:"returned"`
+	Stood       int64 `json:"stood"`
 }
 
 // LimitsOf is the JSON shape of the listing ls, in the same order.
@@ -46,7 +54,8 @@ func LimitsOf(ls []service.LimitInfo) []Limit {
 			FailOpen: l.FailOpen, Calendar: l.Calendar, Unit: l.Unit,
 		}
 		if le := l.Lease; le != nil {
-			out[i].Lease = &Lease{Size: le.Size, TTLMs: le.TTL.Milliseconds(), Outstanding: le.Outstanding, Unused: le.Unused}
+			out[i].Lease = &Lease{Size: le.Size, TTLMs: le.TTL.Milliseconds(), Outstanding: le.Outstanding, Leased: le.Leased, Unused: le.Unused,
+				Taken: le.Taken, Denied: le.Denied, Failed: le.Failed, Returned: le.Returned, Stood: le.Stood}
 		}
 	}
 	return out
