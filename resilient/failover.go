@@ -431,13 +431,7 @@ func (f *Failover) refund(ctx context.Context, items []tokenlimit.Item, policies
 	var err error
 	switch a.Source {
 	case FromStore:
-		var failed bool
-		failed, err = f.call(context.WithoutCancel(ctx), opRefund, func(ctx context.Context) error {
-			return f.store.Adjust(ctx, f.clock(), adjs)
-		})
-		if failed {
-			err = ErrUnavailable
-		}
+		err = f.adjustStore(ctx, opRefund, adjs)
 	case FromLocal:
 		err = f.localStore.Adjust(context.Background(), f.clock(), adjs)
 		for i, it := range items {
@@ -447,6 +441,20 @@ func (f *Failover) refund(ctx context.Context, items []tokenlimit.Item, policies
 	if err != nil {
 		f.log.Error("refunding a check another store refused failed: its charge stands until the budget refills it", "error", err)
 	}
+}
+
+// adjustStore applies adjs on the store through the guard, past the
+// caller's cancellation (it may be what ended the call); op names the call
+// in logs and metrics. A store failure is ErrUnavailable: the adjustments
+// may or may not have been applied.
+func (f *Failover) adjustStore(ctx context.Context, op string, adjs []tokenlimit.Adjustment) error {
+	failed, err := f.call(context.WithoutCancel(ctx), op, func(ctx context.Context) error {
+		return f.store.Adjust(ctx, f.clock(), adjs)
+	})
+	if failed {
+		return ErrUnavailable
+	}
+	return err
 }
 
 // failover decides items while the store fails: a fail-closed item makes

@@ -42,7 +42,7 @@ const (
 )
 
 // lease is one lease of a budget, held by its holder (leases.go), whose
-// lock guards every field but id, size and expires.
+// lock guards every field but id, size, chargedAt and expires.
 type lease struct {
 	id   string
 	size int64
@@ -54,6 +54,10 @@ type lease struct {
 	recordEnd time.Time
 	// used is the cost admitted from the lease: 0..size.
 	used int64
+	// chargedAt is when the store charged it (its reservation's
+	// ReserveOutcome.At): a refund of what it paid, once it has ended,
+	// is an adjustment at that time.
+	chargedAt time.Time
 	// expires is when it stops deciding, on the Failover's clock: the
 	// time its take was sent plus its TTL (or its window's end), so that
 	// it ends no later than the store would reckon.

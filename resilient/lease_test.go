@@ -22,13 +22,17 @@ type leaseEnv struct {
 	events map[resilient.LeaseEvent]int64 // amounts
 }
 
-func newLeaseEnv(t *testing.T) *leaseEnv {
+func newLeaseEnv(t *testing.T) *leaseEnv { return newLeaseEnvOn(t, testkit.Memory) }
+
+// newLeaseEnvOn is newLeaseEnv on store (testkit.Memory or Redis).
+func newLeaseEnvOn(t *testing.T, store string) *leaseEnv {
 	t.Helper()
 	e := &leaseEnv{clock: testkit.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)), events: map[resilient.LeaseEvent]int64{}}
-	e.store = &testkit.FaultStore{Store: testkit.MemStore(t), Info: testkit.Remote}
+	e.store = &testkit.FaultStore{Store: leaseStore(t, store), Info: testkit.Remote}
 	var err error
 	e.f, err = resilient.NewFailover(e.store, resilient.FailoverOptions{
-		Options:   resilient.Options{BreakerThreshold: 1, BreakerCooldown: time.Second, Clock: e.clock.Now},
+		// A first Redis call that loads its scripts is not a failure on a loaded machine.
+		Options:   resilient.Options{BreakerThreshold: 1, BreakerCooldown: time.Second, Clock: e.clock.Now, Timeout: 10 * time.Second},
 		Logger:    testkit.Quiet(),
 		AfterFunc: e.clock.AfterFunc,
 		Observer: resilient.Observer{Lease: func(_ string, ev resilient.LeaseEvent, amount int64) {

@@ -64,19 +64,30 @@ func (f *Failover) decideLeased(ctx context.Context, items []tokenlimit.Item, po
 	case len(items):
 		return f.decide(ctx, items, policies, results)
 	}
+	a, err := onRest(items, policies, results, rest, func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+		return f.decide(ctx, items, policies, results)
+	})
+	if err != nil || !a.Allowed || a.Full {
+		rollback(tickets)
+	}
+	return a, err
+}
+
+// onRest runs decide on the items at indexes rest (those no lease paid),
+// with their policies and results, then copies their results back and
+// maps the answer's Items to indexes of items.
+func onRest(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result, rest []int,
+	decide func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error)) (Answer, error) {
 	subItems, subPolicies, subResults := make([]tokenlimit.Item, len(rest)), make([]Policy, len(rest)), make([]tokenlimit.Result, len(rest))
 	for j, i := range rest {
 		subItems[j], subPolicies[j] = items[i], policies[i]
 	}
-	a, err := f.decide(ctx, subItems, subPolicies, subResults)
+	a, err := decide(subItems, subPolicies, subResults)
 	for j, i := range rest {
 		results[i] = subResults[j]
 	}
 	for j, i := range a.Items {
 		a.Items[j] = rest[i]
-	}
-	if err != nil || !a.Allowed || a.Full {
-		rollback(tickets)
 	}
 	return a, err
 }

@@ -144,11 +144,18 @@ type holder struct {
 type leaseTake struct{ done chan struct{} }
 
 // leaseTicket records what a call paid from a holder's leases, to give it
-// back if the call is refused after all.
+// back if the call is refused after all, or to refund part of it when a
+// reservation settles (leasereserve.go).
 type leaseTicket struct {
-	h     *holder
-	parts [maxLiveLeases]leasePart
+	h *holder
+	// parts are the leases paid from, oldest first: a call pays from at
+	// most this many (the current lease, the next, and one a rollback or
+	// a refund gave cost back to).
+	parts [ticketParts]leasePart
 }
+
+// ticketParts is the most leases one call pays from.
+const ticketParts = maxLiveLeases + 1
 
 type leasePart struct {
 	l *lease
@@ -319,10 +326,14 @@ func (h *holder) unused() int64 {
 }
 
 // pay takes cost from h's leases, oldest first, recording it in t, and
-// drops the leases it uses up from the list; it takes nothing when they
-// hold less than cost. h.mu is held.
+// drops the leases it uses up from the list; it takes nothing when the
+// oldest len(t.parts) of them hold less than cost. h.mu is held.
 func (h *holder) pay(cost int64, t *leaseTicket) bool {
-	if h.unused() < cost {
+	var held int64
+	for _, l := range h.leases[:min(len(h.leases), len(t.parts))] {
+		held += l.unused()
+	}
+	if held < cost {
 		return false
 	}
 	t.h = h
@@ -379,14 +390,72 @@ func (t *leaseTicket) rollback() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range t.parts {
-		if p.l == nil || p.l.state != leaseActive {
+		if p.l != nil && p.l.state == leaseActive {
+			h.restore(p.l, p.n)
+		}
+	}
+}
+
+// restore gives n back to l, an active lease of h that paid at least n;
+// a lease used up goes back into h's list. h.mu is held.
+func (h *holder) restore(l *lease, n int64) {
+	if l.unused() == 0 && n > 0 && !h.gone {
+		h.leases = insertLease(h.leases, l)
+	}
+	l.used -= n
+}
+
+// refund gives n of what t paid back at now (a reservation settled below
+// its estimate), the newest lease first: to each lease still active, and
+// as the returned parts to each lease that has ended (its return settled
+// it to what it had paid, n included), to refund on the store at its
+// charge time. A lease past its end whose timer has not run yet is ended
+// here. n is at most what t paid.
+func (ls *leases) refund(t *leaseTicket, n int64, now time.Time) (ended [ticketParts]leasePart) {
+	h := t.h
+	var expired []*lease
+	h.mu.Lock()
+	for j := len(t.parts) - 1; j >= 0 && n > 0; j-- {
+		p := t.parts[j]
+		if p.l == nil {
 			continue
 		}
-		if p.l.unused() == 0 && !h.gone {
-			h.leases = insertLease(h.leases, p.l)
+		k := min(n, p.n)
+		n -= k
+		if p.l.state == leaseActive && !now.Before(p.l.expires) {
+			p.l.state = leaseEnded
+			h.leases = removeLease(h.leases, p.l)
+			expired = append(expired, p.l)
 		}
-		p.l.used -= p.n
+		if p.l.state == leaseActive {
+			h.restore(p.l, k)
+		} else {
+			ended[j] = leasePart{l: p.l, n: k}
+		}
 	}
+	h.mu.Unlock()
+	ls.giveBackAll(expired)
+	return ended
+}
+
+// payMore pays cost from h's leases at now, as pay does without waiting
+// for a take (a reservation's extra charge): false when h left the table,
+// its limit or terms changed (a reload), or its leases hold less.
+func (ls *leases) payMore(h *holder, limit tokenlimit.Limit, p Policy, cost int64, now time.Time) bool {
+	h.mu.Lock()
+	if h.gone || h.limit != limit || h.terms != p.Lease {
+		h.mu.Unlock()
+		return false
+	}
+	ended := h.refresh(limit, p, now)
+	var t leaseTicket
+	paid := h.pay(cost, &t)
+	if paid && h.needsNext(now) && ls.mayTake(h, now) {
+		ls.startTake(h)
+	}
+	h.mu.Unlock()
+	ls.giveBackAll(ended)
+	return paid
 }
 
 // insertLease inserts l into ls, which is ordered by end, keeping the
@@ -466,7 +535,7 @@ func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Li
 		ls.observe(name, LeaseDenied, terms.Size)
 	case out.Status == tokenlimit.Reserved:
 		taken = &lease{id: id, size: terms.Size, name: name, record: recordTTL(terms), recordEnd: sent.Add(recordTTL(terms)),
-			expires: leaseEnd(sent, limit, terms, res[0])}
+			chargedAt: out.At, expires: leaseEnd(sent, limit, terms, res[0])}
 		h.last, h.lastAt = res[0], now
 		ls.observe(name, LeaseTaken, terms.Size)
 	default: // a fresh id cannot replay, conflict or be closed

@@ -272,6 +272,61 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 	return res, merge(parts), nil
 }
 
+// ReserveHeld is Failover.ReserveHeld on the store each item's policy
+// names: a reservation spanning stores is reserved store by store as
+// DecideReservation does, each part paying its leased items from its
+// store's leases; when a part is refused, the parts already reserved give
+// back what their leases paid, and those recorded in a store are undone.
+func (s *Stores) ReserveHeld(ctx context.Context, req tokenlimit.ReserveRequest, policies []Policy, results []tokenlimit.Result) (*Held, Answer, error) {
+	l, one, err := s.single(policies)
+	switch {
+	case err != nil:
+		return nil, Answer{}, err
+	case one:
+		return s.layers[l].ReserveHeld(ctx, req, policies, results)
+	}
+	parts, err := s.split(req.Items, policies, req.Rules, req.Notes)
+	if err != nil {
+		return nil, Answer{}, err
+	}
+	held := &Held{id: req.ID, status: tokenlimit.Replayed}
+	var stored []part // the parts recorded in their stores
+	for k := range parts {
+		pt := &parts[k]
+		preq := tokenlimit.ReserveRequest{ID: req.ID, Items: pt.items, Rules: pt.rules, TTL: req.TTL, Notes: pt.notes}
+		h, a, err := pt.layer.ReserveHeld(ctx, preq, pt.policies, pt.results)
+		if err == nil {
+			pt.copyResults(results)
+		}
+		if err != nil || h == nil || !h.OK() || a.Full || !a.Allowed {
+			held.rollback()
+			s.undo(ctx, stored, req)
+			if err != nil {
+				return nil, Answer{}, err
+			}
+			return h, pt.answerOf(a), nil
+		}
+		held.leased = append(held.leased, h.leased...)
+		if h.stored {
+			held.stored = true
+			stored = append(stored, *pt)
+		}
+		if h.status == tokenlimit.Reserved {
+			held.status = tokenlimit.Reserved
+		}
+		parts[k].admitted = a
+	}
+	return held, merge(parts), nil
+}
+
+// SettleHeld is Failover.SettleHeld for h, reserved by ReserveHeld: the
+// part on the stores is settled as Settle does.
+func (s *Stores) SettleHeld(ctx context.Context, h *Held, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+	return h.settle(ctx, req, func(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+		return s.Settle(ctx, time.Time{}, req)
+	})
+}
+
 // undo takes back the reservations of parts, each reserved under req.ID.
 func (s *Stores) undo(ctx context.Context, parts []part, req tokenlimit.ReserveRequest) {
 	for _, pt := range parts {

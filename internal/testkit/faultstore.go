@@ -38,8 +38,9 @@ type FaultStore struct {
 	tokenlimit.Store
 	Info  *tokenlimit.StoreInfo
 	fault atomic.Int32
-	// checks, reserves and settles count the calls passed on to Store.
-	checks, reserves, settles atomic.Int64
+	// checks, reserves, settles and adjusts count the calls passed on to
+	// Store.
+	checks, reserves, settles, adjusts atomic.Int64
 }
 
 // Remote is a StoreInfo for FaultStore.Info: a Redis store.
@@ -57,6 +58,9 @@ func (f *FaultStore) Reserves() int64 { return f.reserves.Load() }
 
 // Settles: see Reserves.
 func (f *FaultStore) Settles() int64 { return f.settles.Load() }
+
+// Adjusts returns the Adjust calls passed on to Store so far.
+func (f *FaultStore) Adjusts() int64 { return f.adjusts.Load() }
 
 // Describe returns Info, or what Store says.
 func (f *FaultStore) Describe() tokenlimit.StoreInfo {
@@ -93,6 +97,7 @@ func (f *FaultStore) Adjust(ctx context.Context, now time.Time, adjs []tokenlimi
 	if err := f.fail(ctx); err != nil {
 		return err
 	}
+	f.adjusts.Add(1)
 	return f.Store.Adjust(ctx, now, adjs)
 }
 
