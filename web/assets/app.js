@@ -148,12 +148,27 @@
       return s;
     };
 
+    // storeItem is a named store's health as /readyz knows it: ok,
+    // failing (it has not answered since the start), or its breaker open
+    // or half-open, with the last error while it fails.
+    function storeItem(st) {
+      const state = st.breaker === 'open' ? 'breaker open' : st.breaker === 'half-open' ? 'breaker half-open' : st.degraded ? 'failing' : 'ok';
+      const cls = state === 'ok' ? 'badge' : state === 'breaker half-open' ? 'badge warn' : 'badge bad';
+      return el('li', { 'data-store': st.name, 'data-health': st.degraded ? 'failing' : 'ok' },
+        el('code', { text: st.name }), ' ', el('span', { class: cls, text: state }),
+        st.degraded && st.breaker === 'closed' ? el('span', { class: 'small', text: ' not answered since the start' }) : '',
+        st.error ? el('span', { class: 'small store-error', text: st.error }) : '');
+    }
+
     function renderHealth() {
       const h = data.health, c = data.config, r = c.last_reload;
       $('#ov-store').textContent = h.store === 'memory' ? 'Embedded, in memory' : h.store === 'redis' ? 'Redis' : h.store;
       const cls = h.breaker === 'closed' ? 'badge' : h.breaker === 'open' ? 'badge bad' : 'badge warn';
       $('#ov-breaker').replaceChildren('circuit breaker ', el('span', { class: cls, text: h.breaker }),
         h.degraded ? ' degraded: limits follow their failure mode' : '');
+      const stores = h.stores || [];
+      $('#ov-stores-card').hidden = !stores.length;
+      $('#ov-stores').replaceChildren(...stores.map(storeItem));
       $('#ov-version').textContent = 'version ' + c.version;
       let reload = data.live ? 'no reload since the start' : '';
       if (r) {
@@ -255,30 +270,72 @@
       default: return `${amount(l.quota)} per ${per}`;
     }
   }
+  // count writes n things: "1 lease", "3 leases".
+  const count = (n, one, many = one + 's') => `${num(n)} ${n === 1 ? one : many}`;
+  // leaseFacts describes a leased limit's leases, in its units: the terms,
+  // what this replica's leases hold now (and a bar of what is unused of
+  // what they took), and the takes and returns since the replica started.
+  // Denied and failed takes and amounts left standing show only when
+  // there were any.
+  function leaseFacts(l) {
+    const le = l.lease, amount = l.unit === 'usd' ? usd : num;
+    const bar = el('span', {
+      class: 'meter', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': le.leased, 'aria-valuenow': le.unused,
+      'aria-label': `${l.name}: ${amount(le.unused)} of ${amount(le.leased)} leased unused`,
+    }, el('span'));
+    bar.firstChild.style.width = (le.leased ? 100 * le.unused / le.leased : 0).toFixed(1) + '%';
+    const since = [`${count(le.taken, 'lease')} taken`, `${amount(le.returned)} returned`];
+    if (le.denied) since.push(`${count(le.denied, 'take')} denied (less than a lease left)`);
+    if (le.failed) since.push(`${count(le.failed, 'take')} failed (the store failed)`);
+    if (le.stood) since.push(`${amount(le.stood)} left charged (not returnable)`);
+    return el('div', {
+      class: 'lease', 'data-outstanding': le.outstanding, 'data-leased': le.leased, 'data-unused': le.unused,
+      'data-taken': le.taken, 'data-returned': le.returned,
+    },
+    el('strong', { text: `Leased ${amount(le.size)} at a time, each for up to ${dur(le.ttl_ms)}` }),
+    el('span', { class: 'lease-held', text: le.outstanding
+      ? `This replica holds ${count(le.outstanding, 'lease')}: ${amount(le.unused)} of ${amount(le.leased)} unused`
+      : 'This replica holds no lease now' }),
+    bar,
+    el('span', { class: 'small lease-since', text: `Since this replica started: ${since.join(', ')}` }));
+  }
   let limitsCache = null;
   async function loadLimits() {
     limitsCache = await api('/ui/api/limits');
     return limitsCache;
   }
-  const limitsPage = {
-    show: () => guard('#lim-status', async () => {
-      const d = await loadLimits();
+  const limitsPage = (() => {
+    let timer = 0, visible = false, shown = '';
+    function render(d) {
       $('#lim-version').textContent = `Configuration version ${d.config_version}.`;
+      const now = JSON.stringify(d.limits);
+      if (now === shown) return; // keep a selection in the table while nothing changed
+      shown = now;
       setRows($('#lim-table'), d.limits.map((l) => {
         const match = Object.entries(l.match || {});
         const key = l.key.length ? l.name + '|' + l.key.map((k) => `${k}=<${k}>`).join('|') : l.name + ' (one budget for all)';
-        return el('tr', {},
+        return el('tr', { 'data-limit': l.name },
           el('th', { scope: 'row' }, l.name, l.shadow ? ' ' : '', l.shadow ? el('span', { class: 'badge warn', text: 'shadow' }) : ''),
           el('td', { text: match.length ? match.map(([k, v]) => `${k} = ${v}`).join(', ') : 'every request' }),
           el('td', {}, el('code', { text: key })),
           el('td', { text: l.concurrency ? 'concurrency' : l.algorithm }),
-          el('td', { text: budget(l) }),
+          l.lease ? el('td', {}, el('span', { text: budget(l) }), leaseFacts(l)) : el('td', { text: budget(l) }),
           el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost === 'spend' ? "each call's price in US dollars" : l.cost }),
           el('td', { text: l.fail_open ? 'fail open: allow, counted locally' : 'fail closed: answer 503' }));
       }));
+    }
+    const refresh = () => guard('#lim-status', async () => {
+      const d = await loadLimits();
+      render(d);
+      // A leased limit's leases change as calls come: follow them.
+      if (visible && !timer && d.limits.some((l) => l.lease)) timer = setInterval(refresh, 2000);
       return d.limits.length ? '' : 'No limits are configured.';
-    }),
-  };
+    });
+    return {
+      show() { visible = true; refresh(); },
+      hide() { visible = false; clearInterval(timer); timer = 0; },
+    };
+  })();
 
   // ---- Key inspector -------------------------------------------------------
   const inspector = (() => {
@@ -301,6 +358,13 @@
         ? `${s.level.toFixed(2)} of ${num(s.limit)} tokens`
         : s.concurrency ? `${num(s.used)} of ${num(s.limit)} in flight` : `${num(s.used)} of ${num(s.limit)} used`;
       const cell = el('td', { 'data-remaining': s.remaining }, `${text}, ${num(s.remaining)} left`, bar);
+      // The store counts a lease whole when it is taken: what leases hold
+      // unused shows as used here until it is paid out or returned.
+      const lim = limitsCache && limitsCache.limits.find((l) => l.name === s.name);
+      if (lim && lim.lease) {
+        const amount = lim.unit === 'usd' ? usd : num;
+        cell.append(el('span', { class: 'small lease-note', text: `Leased: used counts each lease whole, unused parts included (this replica's leases of ${s.name} hold ${amount(lim.lease.unused)} unused, over all its keys).` }));
+      }
       if (s.entries && s.entries.length) {
         cell.append(el('details', { class: 'entries' },
           el('summary', { text: `${s.entries.length} log entr${s.entries.length > 1 ? 'ies' : 'y'}` }),
@@ -310,7 +374,8 @@
     }
 
     async function inspect() {
-      const d = await api('/ui/api/inspect', { descriptors: descriptors() }, auth());
+      // The limits too: what their leases hold now (stateCell).
+      const [d] = await Promise.all([api('/ui/api/inspect', { descriptors: descriptors() }, auth()), loadLimits()]);
       const table = $('#ins-table');
       table.hidden = !d.limits.length;
       setRows(table, d.limits.map((s) => el('tr', { 'data-limit': s.name },
