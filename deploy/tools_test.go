@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // helmVersion is the helm the tests run, built by scripts/test.sh with
@@ -27,13 +30,42 @@ func helmPath() string {
 }
 
 // helm is the pinned helm's path, or the test skips (fails under CI=true).
+// While scripts/test.sh still builds it (TOKENLIMIT_HELM_BUILD holds the
+// build's process id), it waits for the build to end.
 func helm(t *testing.T) string {
 	t.Helper()
 	p := helmPath()
+	waitForHelmBuild(t, p)
 	if _, err := os.Stat(p); err != nil {
 		missing(t, "helm "+helmVersion+" not found at "+p+": run scripts/test.sh, which builds it there (go install helm.sh/helm/v3/cmd/helm@"+helmVersion+")")
 	}
 	return p
+}
+
+// waitForHelmBuild returns once the helm at p exists or the build
+// process named by $TOKENLIMIT_HELM_BUILD (scripts/test.sh starts it in
+// the background, so that the other packages' tests need not wait for it)
+// has ended; at once when no build is named. The build moves the binary
+// into place whole once it is built, so a helm that exists is complete.
+func waitForHelmBuild(t *testing.T, p string) {
+	pid, err := strconv.Atoi(os.Getenv("TOKENLIMIT_HELM_BUILD"))
+	if err != nil || pid <= 0 {
+		return
+	}
+	logged := false
+	for {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+		if syscall.Kill(pid, 0) != nil { // the build has ended
+			return
+		}
+		if !logged {
+			t.Logf("waiting for scripts/test.sh's helm build (process %d) to put helm at %s", pid, p)
+			logged = true
+		}
+		time.Sleep(time.Second) // polls a condition another process makes true
+	}
 }
 
 // podman is podman's path, or the test skips (fails under CI=true).

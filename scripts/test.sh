@@ -5,7 +5,6 @@
 # Extra arguments go to go test, e.g. scripts/test.sh -run TestStore -v
 set -euo pipefail
 cd "$(dirname "$0")/.."
-trap 'echo "==> scripts/test.sh: FAILED (see above)" >&2' ERR
 
 # Run a command as root: directly when we are root, through sudo otherwise.
 as_root() {
@@ -15,16 +14,34 @@ as_root() {
 # helm, pinned (deploy/tools_test.go's helmVersion): the chart's tests run
 # helm lint and helm template. Built from source once per machine into a
 # cache directory the tests look in; it takes minutes, so it builds in the
-# background while the packages below install, and the tests wait for it.
+# background while everything else installs, is vetted and tested, and
+# deploy's tests wait for it ($TOKENLIMIT_HELM_BUILD names the build). The
+# binary is built beside its directory and moved in whole.
 HELM_VERSION="$(sed -n 's/^const helmVersion = "\(v[0-9.]*\)"$/\1/p' deploy/tools_test.go)"
 helm_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tokenlimit/tools/helm-$HELM_VERSION"
 helm_build=""
+helm_log=""
 if [ ! -x "$helm_dir/helm" ]; then
 	echo "==> helm $HELM_VERSION missing: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION into $helm_dir in the background (minutes, once per machine)"
 	helm_log="$(mktemp)"
-	GOBIN="$helm_dir" GOWORK=off go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$helm_log" 2>&1 &
+	(
+		GOBIN="$helm_dir.partial" GOWORK=off go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" &&
+			mkdir -p "$helm_dir" && mv "$helm_dir.partial/helm" "$helm_dir/helm"
+	) >"$helm_log" 2>&1 &
 	helm_build=$!
+	export TOKENLIMIT_HELM_BUILD=$helm_build
 fi
+# helm_built waits for the background build, showing its output if it failed.
+helm_built() {
+	local build=$helm_build
+	helm_build=""
+	if [ -n "$build" ] && ! wait "$build"; then
+		cat "$helm_log" >&2
+		echo "==> building helm $HELM_VERSION failed" >&2
+		return 1
+	fi
+}
+trap 'helm_built || true; echo "==> scripts/test.sh: FAILED (see above)" >&2' ERR
 
 # Debian packages, installed in one apt-get when any is missing:
 #   redis-server  tests start their own servers on free ports (internal/redistest),
@@ -104,16 +121,6 @@ for dir in "${dirs[@]}"; do
 done
 echo "==> ${#dirs[@]} modules: ${pkgs[*]}"
 
-if [ -n "$helm_build" ]; then
-	echo "==> waiting for the helm build"
-	if ! wait "$helm_build"; then
-		cat "$helm_log" >&2
-		echo "==> building helm $HELM_VERSION failed" >&2
-		false
-	fi
-fi
-echo "==> $("$helm_dir/helm" version --short)"
-
 echo "==> go vet"
 go vet "${pkgs[@]}"
 
@@ -125,5 +132,7 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 "${pkgs[@]}"
 # fresh, loaded machine (deploy builds and runs the image with podman).
 echo "==> go test -race -count=1 -timeout 30m $*"
 go test -race -count=1 -timeout 30m "${pkgs[@]}" "$@"
+helm_built
+echo "==> $("$helm_dir/helm" version --short)"
 
 echo "==> scripts/test.sh: all checks passed"
