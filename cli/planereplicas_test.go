@@ -138,7 +138,9 @@ func TestServeReplicasAgreeWithinASecond(t *testing.T) {
 
 // TestPlaneAdminDuringRedisOutage: tokenlimit serve on a Redis that goes
 // away (a relay that closes). Every admin write answers 503 and changes
-// nothing, then or after Redis returns; reads answer from the last known
+// nothing, then or after Redis returns; the answer says that nothing
+// changed, or, for a write rueidis may have sent on the connection the
+// relay broke, that it may or may not have been applied; reads answer from the last known
 // plane; decisions go on with it, each limit following its failure mode
 // (a fail-open limit admits, a fail-closed one answers 503, a key revoked
 // before the outage stays refused). When Redis returns, writes succeed
@@ -218,8 +220,8 @@ func TestPlaneAdminDuringRedisOutage(t *testing.T) {
 		{http.MethodDelete, "/v1/admin/keys/" + closedID, ""},
 	} {
 		out := write(w.method, w.path, w.body, http.StatusServiceUnavailable)
-		if msg := fmt.Sprint(out["error"]); !strings.Contains(msg, "nothing changed") {
-			t.Errorf("%s %s during the outage answers %s, want it to say that nothing changed", w.method, w.path, msg)
+		if msg := fmt.Sprint(out["error"]); !strings.Contains(msg, "nothing changed") && !strings.Contains(msg, "may or may not") {
+			t.Errorf("%s %s during the outage answers %s, want it to say that nothing changed, or that it may not have", w.method, w.path, msg)
 		}
 	}
 	if got := listing(); got != before {

@@ -389,7 +389,7 @@ func (p *Plane) putTeam(ctx context.Context, t *Team, ifVersion int64) (*Team, e
 	data := encodeTeam(t)
 	v, err := p.store.Put(ctx, KindTeam, t.ID, ifVersion, data)
 	if err != nil {
-		return nil, err
+		return nil, writeErr(KindTeam, t.ID, err)
 	}
 	p.apply([]Record{{Kind: KindTeam, ID: t.ID, Version: v, Data: data}}, false)
 	t.Version = v
@@ -465,7 +465,7 @@ func (p *Plane) putKey(ctx context.Context, k *Key, ifVersion int64) (*Key, erro
 	data := encodeKey(k)
 	v, err := p.store.Put(ctx, KindKey, k.ID, ifVersion, data)
 	if err != nil {
-		return nil, err
+		return nil, writeErr(KindKey, k.ID, err)
 	}
 	p.apply([]Record{{Kind: KindKey, ID: k.ID, Version: v, Data: data}}, false)
 	k.Version = v
@@ -480,7 +480,7 @@ func (p *Plane) DeleteKey(ctx context.Context, id string, ifVersion int64) error
 func (p *Plane) remove(ctx context.Context, kind Kind, id string, ifVersion int64) error {
 	v, err := p.store.Delete(ctx, kind, id, ifVersion)
 	if err != nil {
-		return err
+		return writeErr(kind, id, err)
 	}
 	p.apply([]Record{{Kind: kind, ID: id, Version: v}}, false)
 	return nil

@@ -108,9 +108,12 @@ func ifMatch(r *http.Request) (int64, *Error) {
 }
 
 // planeError answers a plane error: 400 naming the field, 404, 409, 412, or
-// 503 for a store that failed (nothing changed).
+// 503 for a store that failed: saying that nothing changed, or, when the
+// store's reply was lost and it could not tell, that the change may or may
+// not have been applied and how to find out.
 func (a PlaneAdmin) planeError(w http.ResponseWriter, r *http.Request, err error, conditional bool) {
 	var fe *plane.FieldError
+	var we *plane.WriteError
 	var e *Error
 	switch {
 	case errors.As(err, &fe):
@@ -125,11 +128,32 @@ func (a PlaneAdmin) planeError(w http.ResponseWriter, r *http.Request, err error
 		e = &Error{Status: http.StatusConflict, Field: "name", Message: "a " + kindOf(r) + " of this name exists"}
 	case errors.Is(err, plane.ErrConflict):
 		e = &Error{Status: http.StatusConflict, Message: "the " + kindOf(r) + " changed meanwhile: read it again and retry"}
+	case errors.Is(err, plane.ErrOutcomeUnknown) && errors.As(err, &we):
+		a.Log.ErrorContext(r.Context(), "plane: admin write's outcome unknown", "path", r.URL.Path, "error", err)
+		e = &Error{Status: http.StatusServiceUnavailable, Message: unknownOutcome(r, we.Kind, we.ID)}
 	default:
 		a.Log.ErrorContext(r.Context(), "plane: admin write failed", "path", r.URL.Path, "error", err)
 		e = &Error{Status: http.StatusServiceUnavailable, Message: "the plane's store failed; nothing changed, retry later"}
 	}
 	WriteError(w, e)
+}
+
+// unknownOutcome says that r's change of the record kind/id may or may not
+// have been applied, and how to find out.
+func unknownOutcome(r *http.Request, kind plane.Kind, id string) string {
+	path := "/v1/admin/" + string(kind) + "s/" + id
+	const lost = "the plane's store failed after the change was sent and could not tell whether it was applied: "
+	switch {
+	case r.Method == http.MethodPost && kind == plane.KindKey && r.PathValue("id") == "":
+		return lost + "key " + id + " may or may not exist; GET " + path + " tells. If it exists, its secret was lost with this answer: revoke it (DELETE " + path + ") and create another"
+	case r.Method == http.MethodPost && r.PathValue("id") == "":
+		return lost + string(kind) + " " + strconv.Quote(id) + " may or may not exist; GET " + path + " tells"
+	case r.Method == http.MethodPost:
+		return lost + "key " + id + " may or may not have a new secret (GET " + path + " shows its version); rotate it again to get one"
+	case r.Method == http.MethodDelete:
+		return lost + string(kind) + " " + id + " may or may not be deleted; GET " + path + " answers 404 once it is, and DELETE again is safe"
+	}
+	return lost + "the change may or may not have been applied; GET " + path + " shows the " + string(kind) + " as it is, its ETag the version it has"
 }
 
 func kindOf(r *http.Request) string {

@@ -8,8 +8,11 @@ package redisplane
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +34,9 @@ type Options struct {
 	// Block is how long one XREAD waits for writes; after an empty one
 	// the store checks that Redis has not lost its records. Zero means 1 s.
 	Block time.Duration
+	// SettleTimeout bounds how long a write whose reply was lost waits for
+	// Redis to tell whether it was applied. Zero means 2 s.
+	SettleTimeout time.Duration
 }
 
 // Store is the plane's Store on Redis. Safe for concurrent use.
@@ -40,6 +46,10 @@ type Store struct {
 	records, versions, seq, log string
 	logLength                   string
 	block                       time.Duration
+	// tokens prefixes the keys of the writes' tokens; keep is how long a
+	// token's outcome or fence stays, in ms.
+	tokens, keep  string
+	settleTimeout time.Duration
 }
 
 var _ plane.Store = (*Store)(nil)
@@ -56,10 +66,21 @@ func New(client func() (rueidis.Client, error), opts Options) *Store {
 	if opts.Block == 0 {
 		opts.Block = time.Second
 	}
+	if opts.SettleTimeout == 0 {
+		opts.SettleTimeout = 2 * time.Second
+	}
 	tag := "{" + opts.Prefix + "}:"
 	return &Store{client: client, records: tag + "records", versions: tag + "versions", seq: tag + "seq", log: tag + "log",
-		logLength: strconv.Itoa(opts.LogLength), block: opts.Block}
+		logLength: strconv.Itoa(opts.LogLength), block: opts.Block,
+		tokens: tag + "write:", keep: strconv.FormatInt(tokenLife.Milliseconds(), 10), settleTimeout: opts.SettleTimeout}
 }
+
+// tokenLife is how long Redis keeps a write's outcome, or the fence that
+// refuses it: longer than any write stays on its way to Redis.
+const tokenLife = 10 * time.Minute
+
+// settleRetry is how long settle waits before asking Redis again.
+const settleRetry = 20 * time.Millisecond
 
 func field(kind plane.Kind, id string) string { return string(kind) + "/" + id }
 
@@ -71,13 +92,20 @@ func parseField(f string) (plane.Kind, string) {
 // writeScript writes (or, with ARGV[4] = 1, deletes) one record if its
 // version is the one expected, and appends the write to the stream:
 // {1, version}, {0, stored version} for a conflict, {-1, 0} to delete a
-// record that is absent.
+// record that is absent. It keeps that outcome as "code:value" under the
+// write's token, KEYS[5], for ARGV[6] ms, and returns {-2, 0} without
+// doing anything when the token is taken: fenceScript fenced it.
 var writeScript = rueidis.NewLuaScript(`
+if redis.call('EXISTS', KEYS[5]) == 1 then return {-2, 0} end
+local function outcome(code, value)
+  redis.call('SET', KEYS[5], code .. ':' .. value, 'PX', ARGV[6])
+  return {code, value}
+end
 local cur = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 local want = tonumber(ARGV[2])
 local del = ARGV[4] == '1'
-if del and cur == 0 then return {-1, 0} end
-if want >= 0 and cur ~= want then return {0, cur} end
+if del and cur == 0 then return outcome(-1, 0) end
+if want >= 0 and cur ~= want then return outcome(0, cur) end
 local v = redis.call('INCR', KEYS[3])
 if del then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -87,7 +115,17 @@ else
   redis.call('HSET', KEYS[2], ARGV[1], v)
 end
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], v .. '-0', 'f', ARGV[1], 'd', ARGV[3])
-return {1, v}
+return outcome(1, v)
+`)
+
+// fenceScript answers the outcome writeScript kept under the token
+// KEYS[1], or, when there is none, takes the token for ARGV[1] ms so that
+// the write, should it still arrive, does nothing, and answers "fenced".
+var fenceScript = rueidis.NewLuaScript(`
+local o = redis.call('GET', KEYS[1])
+if o then return o end
+redis.call('SET', KEYS[1], 'fenced', 'PX', ARGV[1])
+return 'fenced'
 `)
 
 // loadScript returns {seq, records as field/value pairs, versions as
@@ -117,17 +155,84 @@ func (s *Store) write(ctx context.Context, kind plane.Kind, id string, ifVersion
 	if del {
 		flag = "1"
 	}
-	res, err := writeScript.Exec(ctx, c, s.keys(), []string{field(kind, id), strconv.FormatInt(ifVersion, 10), data, flag, s.logLength}).AsIntSlice()
-	if err != nil || len(res) != 2 {
-		return 0, fmt.Errorf("redisplane: writing %s %s: %w", kind, id, err)
+	token := s.token()
+	keys := append(s.keys(), token)
+	res, err := writeScript.Exec(ctx, c, keys, []string{field(kind, id), strconv.FormatInt(ifVersion, 10), data, flag, s.logLength, s.keep}).AsIntSlice()
+	if err == nil && len(res) == 2 {
+		return outcome(res[0], res[1])
 	}
-	switch res[0] {
+	if err == nil {
+		err = fmt.Errorf("an unreadable answer %v", res)
+	}
+	failed := fmt.Errorf("redisplane: writing %s %s: %w", kind, id, err)
+	if _, answered := rueidis.IsRedisErr(err); answered || neverSent(err) {
+		// Redis refused the script, or never got it: it did not run.
+		return 0, failed
+	}
+	// The reply was lost (or unreadable): the write may have run, or may
+	// still run.
+	return s.settle(ctx, c, token, failed)
+}
+
+// neverSent reports whether err says that the command found no
+// connection to go out on: dialing Redis failed.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// outcome turns the write script's answer into Put's and Delete's.
+func outcome(code, value int64) (int64, error) {
+	switch code {
 	case 1:
-		return res[1], nil
+		return value, nil
 	case 0:
 		return 0, plane.ErrConflict
+	case -1:
+		return 0, plane.ErrNotFound
 	}
-	return 0, plane.ErrNotFound
+	return 0, errors.New("redisplane: the write's token was fenced before the write ran")
+}
+
+// token returns a new write token's key, in the records' slot.
+func (s *Store) token() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return s.tokens + hex.EncodeToString(b[:])
+}
+
+// settle tells what became of the write whose reply was lost (failed):
+// it reads the outcome the write kept under token, or fences the token so
+// that a write still on its way does nothing, asking again every
+// settleRetry (a connection that broke takes a moment to be replaced)
+// until its own deadline. The write's outcome, failed when it surely did
+// not run, or failed marked plane.ErrOutcomeUnknown when Redis could not
+// be asked.
+func (s *Store) settle(ctx context.Context, c rueidis.Client, token string, failed error) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.settleTimeout)
+	defer cancel()
+	var o string
+	for {
+		var err error
+		if o, err = fenceScript.Exec(ctx, c, []string{token}, []string{s.keep}).ToString(); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w (%w; asking Redis whether it was applied: %v)", plane.ErrOutcomeUnknown, failed, err)
+		case <-time.After(settleRetry):
+		}
+	}
+	if o == "fenced" {
+		return 0, fmt.Errorf("%w; it was not applied", failed)
+	}
+	codeText, valueText, _ := strings.Cut(o, ":")
+	code, err1 := strconv.ParseInt(codeText, 10, 64)
+	value, err2 := strconv.ParseInt(valueText, 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%w (%w; the outcome Redis kept, %q, is unreadable: %v)", plane.ErrOutcomeUnknown, failed, o, err)
+	}
+	return outcome(code, value)
 }
 
 // Load implements plane.Store.
