@@ -334,7 +334,7 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 	}
 	closeStore = func(closeMain func()) func() { return func() { closeNamed(); closeMain() } }(closeStore)
 	var svc *service.Service
-	pl, closePlane, err := openPlane(f, store, func(name string) bool { return svc.KnownPlan(name) }, log)
+	pl, closePlane, err := openPlane(f, store, func() *service.Service { return svc }, log)
 	if err != nil {
 		closeStore()
 		return nil, nil, nil, nil, err
@@ -356,8 +356,10 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 
 // openPlane opens the quota plane where the budgets are: in Redis beside
 // them, else in --data-dir (durable), else in memory; it follows the
-// plane's writes until the returned close.
-func openPlane(f storeFlags, store tokenlimit.Store, knownPlan func(string) bool, log *slog.Logger) (*plane.Plane, func(), error) {
+// plane's writes until the returned close. svc returns the service whose
+// plans and limits the plane's writes are checked against (called only
+// once writes come, after the service exists).
+func openPlane(f storeFlags, store tokenlimit.Store, svc func() *service.Service, log *slog.Logger) (*plane.Plane, func(), error) {
 	var ps plane.Store
 	closeFile := func() {}
 	conn, onRedis := store.(*redisConn) // --redis or $TOKENLIMIT_REDIS_URL
@@ -376,7 +378,9 @@ func openPlane(f storeFlags, store tokenlimit.Store, knownPlan func(string) bool
 		ps = plane.NewMemoryStore()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	pl, err := plane.Open(ctx, ps, plane.Options{KnownPlan: knownPlan, Logger: log})
+	pl, err := plane.Open(ctx, ps, plane.Options{Logger: log,
+		KnownPlan: func(name string) bool { return svc().KnownPlan(name) },
+		PlanLimit: func(plan, name string) bool { return svc().PlanLimit(plan, name) }})
 	if err != nil {
 		cancel()
 		closeFile()

@@ -28,6 +28,10 @@ type Options struct {
 	// KnownPlan reports whether the configuration has the plan; nil
 	// knows none (records then take no plan).
 	KnownPlan func(plan string) bool
+	// PlanLimit reports whether the configuration has a limit named name
+	// that applies to the calls of plan ("": the default plan), one a
+	// record's limit of that name replaces; nil knows none.
+	PlanLimit func(plan, name string) bool
 	// Logger receives unreadable records and watch errors;
 	// slog.Default() when nil.
 	Logger *slog.Logger
@@ -352,7 +356,7 @@ func (p *Plane) Key(id string) (*Key, bool) {
 }
 
 func (p *Plane) env() Env {
-	return Env{Now: p.opts.Clock(), KnownPlan: p.opts.KnownPlan, KnownTeam: func(t string) bool { _, ok := p.Team(t); return ok }}
+	return Env{Now: p.opts.Clock(), KnownPlan: p.opts.KnownPlan, PlanLimit: p.opts.PlanLimit, Team: p.Team}
 }
 
 // CreateTeam validates s and stores it as a new team; ErrConflict if a

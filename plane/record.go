@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -128,8 +129,18 @@ type Env struct {
 	// KnownPlan reports whether the configuration has the plan; nil
 	// knows none.
 	KnownPlan func(plan string) bool
-	// KnownTeam reports whether the team exists; nil knows none.
-	KnownTeam func(team string) bool
+	// PlanLimit reports whether the configuration has a limit named name
+	// for the calls of plan ("": the default plan); nil knows none.
+	PlanLimit func(plan, name string) bool
+	// Team returns the team named team; nil knows none.
+	Team func(team string) (*Team, bool)
+}
+
+func (env Env) team(name string) (*Team, bool) {
+	if env.Team == nil || name == "" {
+		return nil, false
+	}
+	return env.Team(name)
 }
 
 // common validates what teams and keys share; key tells which the spec is.
@@ -159,12 +170,66 @@ func (s *Spec) common(env Env, key bool) (Common, error) {
 		}
 		c.ExpiresAt = t.UTC()
 	}
+	if err := s.checkOverrides(env, key); err != nil {
+		return c, err
+	}
 	limits, err := parseLimits(s.Limits, key)
 	if err != nil {
 		return c, err
 	}
 	c.Limits = limits
 	return c, nil
+}
+
+// checkOverrides refuses each limit of s that gives no algorithm, the
+// shape of an override: a plane limit is given whole, and replaces the
+// limit of its name at the levels below (the plan's; for a key, its
+// team's too) or, of a new name, is added. The error names the limit that
+// would be replaced, or says that there is none.
+func (s *Spec) checkOverrides(env Env, key bool) error {
+	if noLimits(s.Limits) {
+		return nil
+	}
+	var raw []map[string]json.RawMessage
+	if json.Unmarshal(s.Limits, &raw) != nil {
+		return nil // parseLimits names what is wrong
+	}
+	for i, l := range raw {
+		var name string
+		if _, whole := l["algorithm"]; whole || json.Unmarshal(l["name"], &name) != nil || name == "" {
+			continue
+		}
+		if err := s.overridden(env, key, i, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// overridden is the error of limits[i], an override of the limit name.
+func (s *Spec) overridden(env Env, key bool, i int, name string) error {
+	plan, where := s.Plan, "the configuration"
+	var team *Team
+	if key {
+		team, _ = env.team(s.Team)
+	}
+	if plan == "" && team != nil {
+		plan = team.Plan
+	}
+	if plan != "" {
+		where = fmt.Sprintf("plan %q", plan)
+	}
+	inPlan := env.PlanLimit != nil && env.PlanLimit(plan, name)
+	inTeam := team != nil && slices.ContainsFunc(team.Limits, func(l config.Limit) bool { return l.Name == name })
+	switch {
+	case inTeam:
+		where = fmt.Sprintf("team %q", team.ID)
+	case !inPlan && team != nil:
+		return fieldErr(fmt.Sprintf("limits[%d].name", i), "%s and team %q have no limit %q to override; a limit of a new name is added, given whole (with its algorithm)", where, team.ID, name)
+	case !inPlan:
+		return fieldErr(fmt.Sprintf("limits[%d].name", i), "%s has no limit %q to override; a limit of a new name is added, given whole (with its algorithm)", where, name)
+	}
+	return fieldErr(fmt.Sprintf("limits[%d].algorithm", i), "missing: a limit that replaces %s's %q is given whole, not as changed values: give its algorithm and amounts, and its unit, cost and calendar if it has them", where, name)
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }
@@ -240,7 +305,7 @@ func KeyOf(s Spec, env Env) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	if s.Team != "" && (env.KnownTeam == nil || !env.KnownTeam(s.Team)) {
+	if _, ok := env.team(s.Team); s.Team != "" && !ok {
 		return Key{}, fieldErr("team", "no team named %q", s.Team)
 	}
 	return Key{Team: s.Team, Common: c}, nil

@@ -129,6 +129,21 @@ func (s *Service) KnownPlan(name string) bool {
 	return false
 }
 
+// PlanLimit reports whether the configuration in force has a limit named
+// name that the calls of plan ("": the default plan) match by their plan
+// (a limit of that plan, or one that matches no plan): the limit a plane
+// record's limit of that name replaces.
+func (s *Service) PlanLimit(plan, name string) bool {
+	cfg := s.rules.Load().cfg
+	plan = cmp.Or(plan, cfg.DefaultPlan)
+	for _, l := range cfg.Limits {
+		if want, ok := l.Match["plan"]; l.Name == name && (!ok || want == config.Pattern(plan)) {
+			return true
+		}
+	}
+	return false
+}
+
 // Usage is one limit that applies to a plane key, and its state.
 type Usage struct {
 	// Level is where the limit comes from; LevelName names it: the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -33,6 +34,7 @@ func newPlaneEnv(t *testing.T, b backend, logs *testkit.Buffer) *env {
 	var svc *service.Service
 	p, err := plane.Open(context.Background(), plane.NewMemoryStore(), plane.Options{
 		KnownPlan: func(name string) bool { return svc.KnownPlan(name) }, Logger: testkit.Quiet(),
+		PlanLimit: func(plan, name string) bool { return svc.PlanLimit(plan, name) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +151,65 @@ func TestPlaneAdminBadInput(t *testing.T) {
 	}
 	if r := e.post("/v1/admin/teams", `{"name": "acme"}`, admin); r.status != http.StatusConflict {
 		t.Fatalf("a second team acme: %d %s, want 409", r.status, r.body)
+	}
+}
+
+// TestPlaneLimitOverrides: a plane limit is given whole. One that gives a
+// name and amounts but no algorithm (an override's shape) answers 400:
+// naming limits[i].name when no level below has a limit of that name ("a
+// limit name the plan does not know"), limits[i].algorithm when one has
+// (the message names it); nothing is stored. A whole limit of a new name
+// is added.
+func TestPlaneLimitOverrides(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := newPlaneEnv(t, memBackend(), &logs)
+	for _, c := range []struct {
+		path, body, field, msg string
+	}{
+		{"/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "nope", "limit": "5/min"}]}`,
+			"limits[0].name", `plan "pro" has no limit "nope" to override`},
+		{"/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "a", "algorithm": "fixed_window", "limit": "5/min"}, {"name": "plan-pro-daily", "limit": "5/day"}]}`,
+			"limits[1].algorithm", `replaces plan "pro"'s "plan-pro-daily" is given whole`},
+		{"/v1/admin/teams", `{"name": "acme", "limits": [{"name": "plan-pro-daily", "limit": "5/day"}]}`,
+			"limits[0].name", `the configuration has no limit "plan-pro-daily" to override`},
+		{"/v1/admin/keys", `{"name": "k", "limits": [{"name": "rpm", "limit": "1/min"}]}`,
+			"limits[0].algorithm", `replaces the configuration's "rpm"`},
+	} {
+		wantError(t, e.post(c.path, c.body, admin), http.StatusBadRequest, c.field, c.msg)
+	}
+	if r := e.do(http.MethodGet, "/v1/admin/teams/acme", "", admin); r.status != http.StatusNotFound {
+		t.Fatalf("after bad input, team acme: %d %s, want 404", r.status, r.body)
+	}
+	// A whole limit of a new name is added; the team's limits are below
+	// its keys'.
+	if r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro", "limits": [{"name": "team-rpm", "algorithm": "fixed_window", "limit": "50/min"}]}`, admin); r.status != http.StatusCreated {
+		t.Fatalf("a team with a limit of a new name: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ body, field, msg string }{
+		{`{"name": "k", "team": "acme", "limits": [{"name": "team-rpm", "limit": "1/min"}]}`,
+			"limits[0].algorithm", `replaces team "acme"'s "team-rpm"`},
+		{`{"name": "k", "team": "acme", "limits": [{"name": "x", "capacity": 5}]}`,
+			"limits[0].name", `plan "pro" and team "acme" have no limit "x" to override`},
+	} {
+		wantError(t, e.post("/v1/admin/keys", c.body, admin), http.StatusBadRequest, c.field, c.msg)
+	}
+	if r := e.do(http.MethodGet, "/v1/admin/keys", "", admin); r.status != http.StatusOK || strings.Contains(r.body, `"id"`) {
+		t.Fatalf("after bad input, keys: %d %s, want none", r.status, r.body)
+	}
+	r := e.post("/v1/admin/keys", `{"name": "k", "team": "acme", "limits": [{"name": "team-rpm", "algorithm": "fixed_window", "limit": "1/min"}, {"name": "own", "algorithm": "fixed_window", "limit": "9/min"}]}`, admin)
+	if r.status != http.StatusCreated {
+		t.Fatalf("a key replacing its team's limit and adding one: %d %s", r.status, r.body)
+	}
+	usage := e.do(http.MethodGet, "/v1/admin/keys/"+r.json(t)["id"].(string)+"/usage", "", admin)
+	levels := map[string]string{}
+	for _, l := range usage.json(t)["limits"].([]any) {
+		m := l.(map[string]any)
+		levels[m["name"].(string)] = fmt.Sprint(m["level"], " ", m["limit"])
+	}
+	want := map[string]string{"team-rpm": "key 1", "own": "key 9", "rpm": "plan 100", "plan-pro-daily": "plan 1000"}
+	if !maps.Equal(levels, want) {
+		t.Errorf("the key's limits %v, want %v", levels, want)
 	}
 }
 
