@@ -38,10 +38,7 @@ type metrics struct {
 	// now, and the waits by outcome (wait.go).
 	waitingNow prometheus.Gauge
 	waits      *prometheus.CounterVec
-	// leaseTakes counts the takes of leases by outcome, leaseReturned the
-	// unused amounts of ended leases by what became of them.
-	leaseTakes, leaseReturned *prometheus.CounterVec
-	stats                     stats.Stats // live per-second counts for the dashboard
+	stats      stats.Stats // live per-second counts for the dashboard
 	// counters caches each limit's decision counters (limitCounters), so
 	// that a decision does not hash its label values again.
 	counters sync.Map // limit name -> *limitCounters
@@ -124,14 +121,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tokenlimit_cost_expression_errors_total",
 			Help: "Costs of a limit's cost expression charged 0 instead: reason is negative (it returned a negative cost) or error (it failed: its cost limit, an overflow, a missing descriptor).",
 		}, []string{"limit", "reason"}),
-		leaseTakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tokenlimit_lease_takes_total",
-			Help: "Leases asked of the store, by limit and outcome: taken (charged whole), denied (less than a lease left: calls are decided on the store until one could fit), failed (the store failed).",
-		}, []string{"limit", "outcome"}),
-		leaseReturned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tokenlimit_lease_returned_total",
-			Help: "Unused parts of ended leases, in the limit's units, by result: returned (refunded to the store) or stood (not returnable: the store failed until the lease's record expired, or the replica stopped while it failed).",
-		}, []string{"limit", "result"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokenlimit_alerts_total",
 			Help: "Budget thresholds (alert_at) crossed, one per threshold, budget and window across replicas, by limit and threshold (\"80%\").",
@@ -155,7 +144,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors, m.alerts, m.waitingNow, m.waits, m.leaseTakes, m.leaseReturned} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.latency, m.storeErrors, m.keyOverflow, m.keySpaceFull, m.writeback, m.outcomeUnknown, m.reloads, m.costErrors, m.alerts, m.waitingNow, m.waits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -235,9 +224,12 @@ func watchStores(reg prometheus.Registerer, stores *resilient.Stores) error {
 }
 
 // watchLeases exports what each leased limit's leases hold in this
-// replica, read when scraped: tokenlimit_lease_outstanding (leases held)
-// and tokenlimit_lease_unused (what they can still admit, in the limit's
-// units).
+// replica and what became of them, read from the fault layer when scraped
+// (resilient.Stores.LeaseStats, which the dashboard's listing reads too):
+// the gauges tokenlimit_lease_outstanding (leases held) and
+// tokenlimit_lease_unused (what they can still admit, in the limit's
+// units), and the counters tokenlimit_lease_takes_total (by outcome) and
+// tokenlimit_lease_returned_total (unused units, by result).
 func watchLeases(reg prometheus.Registerer, stores *resilient.Stores) error {
 	if reg == nil {
 		return nil
@@ -250,6 +242,10 @@ var (
 		"Leases this replica holds, by limit: each was charged to the store whole and decides calls in process until it ends.", []string{"limit"}, nil)
 	leaseUnusedDesc = prometheus.NewDesc("tokenlimit_lease_unused",
 		"What this replica's leases can still admit, by limit, in the limit's units: at most what leasing holds back from other replicas now.", []string{"limit"}, nil)
+	leaseTakesDesc = prometheus.NewDesc("tokenlimit_lease_takes_total",
+		"Leases asked of the store, by limit and outcome: taken (charged whole), denied (less than a lease left: calls are decided on the store until one could fit), failed (the store failed).", []string{"limit", "outcome"}, nil)
+	leaseReturnedDesc = prometheus.NewDesc("tokenlimit_lease_returned_total",
+		"Unused parts of ended leases, in the limit's units, by result: returned (refunded to the store) or stood (not returnable: the store failed until the lease's record expired, or the replica stopped while it failed).", []string{"limit", "result"}, nil)
 )
 
 // leaseCollector reads the fault layer's leases when scraped.
@@ -258,12 +254,22 @@ type leaseCollector struct{ stores *resilient.Stores }
 func (c leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- leaseOutstandingDesc
 	ch <- leaseUnusedDesc
+	ch <- leaseTakesDesc
+	ch <- leaseReturnedDesc
 }
 
 func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	for name, s := range c.stores.LeaseStats() {
 		ch <- prometheus.MustNewConstMetric(leaseOutstandingDesc, prometheus.GaugeValue, float64(s.Outstanding), name)
 		ch <- prometheus.MustNewConstMetric(leaseUnusedDesc, prometheus.GaugeValue, float64(s.Unused), name)
+		for _, t := range []struct {
+			outcome string
+			n       int64
+		}{{"taken", s.Taken}, {"denied", s.Denied}, {"failed", s.Failed}} {
+			ch <- prometheus.MustNewConstMetric(leaseTakesDesc, prometheus.CounterValue, float64(t.n), name, t.outcome)
+		}
+		ch <- prometheus.MustNewConstMetric(leaseReturnedDesc, prometheus.CounterValue, float64(s.Returned), name, "returned")
+		ch <- prometheus.MustNewConstMetric(leaseReturnedDesc, prometheus.CounterValue, float64(s.Stood), name, "stood")
 	}
 }
 
@@ -293,20 +299,6 @@ func (m *metrics) faultObserver(store string) resilient.Observer {
 		Writeback: func(limit, result string, cost int64) {
 			m.writeback.WithLabelValues(limit, result).Add(float64(cost))
 		},
-		Lease: m.countLease,
-	}
-}
-
-// countLease counts a lease event: takes by outcome, and the amounts
-// returned or left standing.
-func (m *metrics) countLease(limit string, ev resilient.LeaseEvent, amount int64) {
-	switch ev {
-	case resilient.LeaseReturned:
-		m.leaseReturned.WithLabelValues(limit, "returned").Add(float64(amount))
-	case resilient.LeaseStood:
-		m.leaseReturned.WithLabelValues(limit, "stood").Add(float64(amount))
-	default:
-		m.leaseTakes.WithLabelValues(limit, ev.String()).Inc()
 	}
 }
 
