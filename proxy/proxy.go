@@ -386,8 +386,10 @@ func (p *Proxy) readCall(w http.ResponseWriter, r *http.Request, c *call) bool {
 // reserve caps a default reply budget, reserves the estimate, and answers
 // 400, 429 or 503 when the request may not go on.
 func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, c *call) bool {
-	// A limit's wait ends when the client leaves (nothing charged).
-	opts := service.ReserveOptions{ID: c.id, Cancel: r.Context().Done()}
+	// A limit's wait ends when the client leaves (nothing charged). The
+	// call is settled here, through its decision: leased limits are paid
+	// from this replica's leases.
+	opts := service.ReserveOptions{ID: c.id, Cancel: r.Context().Done(), InProcess: true}
 	if c.kind == Passthrough {
 		opts.Units = []service.Unit{service.Requests, service.InFlight}
 	} else {

@@ -276,12 +276,13 @@ func (p *Proxy) count(c *call, text string) int64 {
 }
 
 // setHeadersAfterSettle sets the rate-limit headers from the budgets' state
-// after c was settled, read back from the store; from the reservation's
-// decision if that fails.
+// after c was settled, read back from the store (a leased budget from this
+// replica's leases: no store call); from the reservation's decision if
+// that fails.
 func (p *Proxy) setHeadersAfterSettle(h http.Header, c *call) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 	defer cancel()
-	d, err := p.svc.Inspect(ctx, c.req)
+	d, err := p.svc.InspectHere(ctx, c.req)
 	if err != nil {
 		p.log.Warn("inspect after settle failed; headers show the reservation", "request_id", c.id, "error", err)
 		d = c.decision

@@ -32,10 +32,13 @@ const GrowthChunk = 512
 
 // growth is what a call's stream reserved beyond its estimate.
 type growth struct {
-	// ids are the growth reservations to refund when the call settles:
-	// those granted, and those whose answer was lost (a settle of an id
-	// that holds nothing leaves a tombstone, so a late one charges nothing).
-	ids []string
+	// granted are the growth reservations granted, refunded through
+	// their decisions when the call settles (what leases paid goes back
+	// to them); lost are the ids of those whose answer was lost, refunded
+	// by id (a settle of an id that holds nothing leaves a tombstone, so
+	// a late one charges nothing).
+	granted []service.Decision
+	lost    []string
 	// tokens and spend are what the granted growths hold.
 	tokens, spend int64
 	// tries numbers the growth ids.
@@ -116,11 +119,11 @@ func (p *Proxy) reserveGrowth(c *call, tokens int64) (*service.Decision, bool) {
 	spend, _ := p.price(c, bill{Output: tokens})
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.SettleTimeout)
 	defer cancel()
-	d, err := p.svc.ReserveWith(ctx, service.ReserveOptions{ID: id, StopLimits: true},
+	d, err := p.svc.ReserveWith(ctx, service.ReserveOptions{ID: id, StopLimits: true, InProcess: true},
 		service.Request{Descriptors: c.req.Descriptors, Cost: tokens, Spend: spend, Usage: &config.Usage{Output: tokens}})
 	switch {
 	case err != nil:
-		g.ids = append(g.ids, id) // it may have landed
+		g.lost = append(g.lost, id) // it may have landed
 		p.log.Error("growing a stream's reservation failed; the stream stops", "request_id", c.id, "error", err)
 		return nil, false
 	case d.Allowed && len(d.Limits) == 0:
@@ -128,7 +131,7 @@ func (p *Proxy) reserveGrowth(c *call, tokens int64) (*service.Decision, bool) {
 		return &d, true
 	case d.Allowed:
 		if d.Reserved {
-			g.ids = append(g.ids, id)
+			g.granted = append(g.granted, d)
 		}
 		g.tokens, g.spend = g.tokens+tokens, g.spend+spend
 		return &d, true
@@ -162,7 +165,12 @@ func (p *Proxy) fit(c *call, d service.Decision) int64 {
 // reservation is settled to what it consumed.
 func (p *Proxy) refundGrowth(ctx context.Context, c *call) error {
 	var first error
-	for _, id := range c.growth.ids {
+	for _, d := range c.growth.granted {
+		if _, err := p.svc.CancelReserved(ctx, d); err != nil && first == nil {
+			first = fmt.Errorf("refund growth %s: %w", d.ReservationID, err)
+		}
+	}
+	for _, id := range c.growth.lost {
 		if _, err := p.svc.Cancel(ctx, id); err != nil && first == nil {
 			first = fmt.Errorf("refund growth %s: %w", id, err)
 		}

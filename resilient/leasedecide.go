@@ -92,6 +92,34 @@ func onRest(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Res
 	return a, err
 }
 
+// Peek is Decide for peeks (items of cost 0) that answers each leased
+// item whose budget this replica holds a live lease of from its leases,
+// with no store call: its Remaining is then an estimate, as a leased
+// call's (what the store had left at this replica's last take plus what
+// its leases hold). The other items are peeked at on the store as Decide
+// does. Source is FromLease when the leases answered every item.
+func (f *Failover) Peek(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	if f.leases == nil || !anyLeased(policies) {
+		return f.decide(ctx, items, policies, results)
+	}
+	now := f.clock()
+	var rest []int
+	for i, it := range items {
+		if it.Cost != 0 || !policies[i].Lease.On() || !f.leases.peek(it, policies[i], now, &results[i]) {
+			rest = append(rest, i)
+		}
+	}
+	switch len(rest) {
+	case 0:
+		return Answer{At: now, Allowed: true, Source: FromLease}, nil
+	case len(items):
+		return f.decide(ctx, items, policies, results)
+	}
+	return onRest(items, policies, results, rest, func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+		return f.decide(ctx, items, policies, results)
+	})
+}
+
 // rollback gives back what tickets paid.
 func rollback(tickets []leaseTicket) {
 	for i := range tickets {

@@ -271,6 +271,31 @@ func (ls *leases) pay(ctx context.Context, it tokenlimit.Item, p Policy, now tim
 	}
 }
 
+// peek sets r to it's budget as this replica's leases see it at now
+// (holder.result) and reports true when it holds a live lease of it on
+// the limit and terms of p; it takes nothing and starts no take.
+func (ls *leases) peek(it tokenlimit.Item, p Policy, now time.Time, r *tokenlimit.Result) bool {
+	k := leaseKey{key: it.Key, alg: it.Limit.Algorithm}
+	sh := ls.shard(k)
+	sh.mu.RLock()
+	h := sh.m[k]
+	sh.mu.RUnlock()
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	live := false
+	for _, l := range h.leases {
+		live = live || now.Before(l.expires)
+	}
+	if h.gone || !live || h.limit != it.Limit || h.terms != p.Lease {
+		return false
+	}
+	h.result(r, now)
+	return true
+}
+
 // mayTake reports whether h may take a lease at now: none in flight, the
 // store has not denied or failed one lately, fewer than maxLiveLeases
 // with cost left, and the table open. h.mu is held.

@@ -202,6 +202,38 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 	return merge(parts), nil
 }
 
+// Peek is Failover.Peek on the store each item's policy names: a call
+// spanning stores peeks at each store's part, and answers with the first
+// part's answer that is not from the store or the leases (a failing
+// store, a full one).
+func (s *Stores) Peek(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	l, one, err := s.single(policies)
+	switch {
+	case err != nil:
+		return Answer{}, err
+	case one:
+		return s.layers[l].Peek(ctx, items, policies, results)
+	}
+	parts, err := s.split(items, policies, nil, nil)
+	if err != nil {
+		return Answer{}, err
+	}
+	for k := range parts {
+		pt := &parts[k]
+		a, err := pt.layer.Peek(ctx, pt.items, pt.policies, pt.results)
+		switch {
+		case err != nil:
+			return Answer{}, err
+		case a.Full || (a.Source != FromStore && a.Source != FromLease):
+			pt.copyResults(results)
+			return pt.answerOf(a), nil
+		}
+		pt.copyResults(results)
+		pt.admitted = a
+	}
+	return merge(parts), nil
+}
+
 // merge is the answer of a call whose parts all admitted it: the first
 // part's time; FromLocal with the items decided locally (Answer.Local) if
 // any part was decided on its local budgets, else FromLease if the leases

@@ -119,6 +119,20 @@ func costString(c config.Cost) string {
 // Inspect reports the state of every limit req selects without charging
 // anything (each is peeked with cost 0).
 func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
+	return s.inspect(ctx, req, false)
+}
+
+// InspectHere is Inspect as this replica decides: a leased limit (lease:)
+// whose budget this replica holds a lease of is answered from its leases,
+// with no store call, its Remaining an estimate as a leased call's is
+// (what the store had left at this replica's last take plus what its
+// leases hold); the other limits are read from the store. The LLM proxy
+// sets its headers after a settlement so.
+func (s *Service) InspectHere(ctx context.Context, req Request) (Decision, error) {
+	return s.inspect(ctx, req, true)
+}
+
+func (s *Service) inspect(ctx context.Context, req Request, here bool) (Decision, error) {
 	p, err := s.planWith([]Request{req}, nil, true, false)
 	if err != nil {
 		return Decision{}, err
@@ -128,13 +142,21 @@ func (s *Service) Inspect(ctx context.Context, req Request) (Decision, error) {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil
 	}
 	b := newStoreCall(checks, true)
-	a, err := s.fault.Decide(ctx, b.items, b.policies, b.results)
+	var a resilient.Answer
+	if here {
+		for i := range checks {
+			b.policies[i].Lease = checks[i].limit.Lease
+		}
+		a, err = s.fault.Peek(ctx, b.items, b.policies, b.results)
+	} else {
+		a, err = s.fault.Decide(ctx, b.items, b.policies, b.results)
+	}
 	switch {
 	case err != nil:
 		return Decision{}, s.storeError(err)
 	case a.Full: // no room to look at a budget it does not hold
 		return Decision{}, fmt.Errorf("service: inspect: %w", tokenlimit.ErrStoreFull)
-	case a.Source != resilient.FromStore:
+	case a.Source != resilient.FromStore && !(here && a.Source == resilient.FromLease):
 		return Decision{}, fmt.Errorf("service: inspect: the store is failing")
 	}
 	d := Decision{Allowed: true, At: a.At, Limits: outcomes(checks, b.results, false)}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
+	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -108,4 +109,62 @@ func leaseOf(svc *service.Service, name string) *service.LeaseInfo {
 		}
 	}
 	return nil
+}
+
+// TestReservationsSettledInProcessPayFromLeases: a reservation the caller
+// settles through its decision (ReserveOptions.InProcess, as the LLM
+// proxy's) is paid from the replica's lease, and so are its settlement
+// and its cancellation, once each; InspectHere reads the leased budget
+// from the lease; a reservation that may be settled by id goes to the
+// store; once the leases are returned the store holds exactly what was
+// used.
+func TestReservationsSettledInProcessPayFromLeases(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		var counted *testkit.FaultStore
+		e := testkit.NewService(t, testkit.Setup{Store: store, Config: testkit.ParseConfig(t, leaseYAML),
+			Start: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC),
+			WrapStore: func(st tokenlimit.Store) tokenlimit.Store {
+				counted = &testkit.FaultStore{Store: st}
+				return counted
+			}})
+		ctx := context.Background()
+		acme := service.Request{Descriptors: map[string]string{"tenant": "acme"}, Cost: 20}
+		inProcess := service.ReserveOptions{InProcess: true}
+		d, err := e.Service.ReserveWith(ctx, inProcess, acme)
+		if err != nil || !d.Allowed || !d.Reserved {
+			t.Fatalf("reserve: %+v, %v; want reserved", d, err)
+		}
+		for _, want := range []tokenlimit.SettleStatus{tokenlimit.Settled, tokenlimit.AlreadySettled} {
+			if st, _, err := e.Service.SettleUsage(ctx, d, 5, nil, config.Usage{}); err != nil || st != want {
+				t.Fatalf("settle: %v, %v; want %v", st, err, want)
+			}
+		}
+		cancelled, err := e.Service.ReserveWith(ctx, inProcess, acme)
+		if err != nil || !cancelled.Reserved {
+			t.Fatalf("second reserve: %+v, %v", cancelled, err)
+		}
+		if st, err := e.Service.CancelReserved(ctx, cancelled); err != nil || st != tokenlimit.Settled {
+			t.Fatalf("cancel: %v, %v; want settled", st, err)
+		}
+		here, err := e.Service.InspectHere(ctx, acme)
+		if err != nil || len(here.Limits) != 1 || here.Limits[0].Remaining != 1000-5 {
+			t.Fatalf("InspectHere: %+v, %v; want 995 left as the lease sees it", here, err)
+		}
+		if c, r, s := counted.Checks(), counted.Reserves(), counted.Settles(); c != 0 || r != 1 || s != 0 {
+			t.Fatalf("store calls: %d checks, %d reserves, %d settles; want the lease's take alone", c, r, s)
+		}
+		byID, err := e.Service.Reserve(ctx, "", acme)
+		if err != nil || !byID.Reserved || counted.Reserves() != 2 {
+			t.Fatalf("reserve to settle by id: %+v, %v, %d reserves; want it on the store", byID, err, counted.Reserves())
+		}
+		if st, err := e.Service.Settle(ctx, byID.ReservationID, 7); err != nil || st != tokenlimit.Settled {
+			t.Fatalf("settle by id: %v, %v", st, err)
+		}
+		e.Service.Close()
+		d, err = e.Service.Inspect(ctx, acme)
+		if err != nil || d.Limits[0].Remaining != 1000-5-7 {
+			t.Fatalf("after close: %+v, %v; want exactly the 12 used charged (988 left)", d, err)
+		}
+	})
 }

@@ -46,6 +46,17 @@ type ReserveOptions struct {
 	// cannot pay for more of: enforced budgets in tokens or usd whose
 	// on_exhaust is stop. The LLM proxy reserves a stream's growth on them.
 	StopLimits bool
+	// InProcess promises that this process settles the reservation, and
+	// only through the Decision returned (SettleUsage, CancelReserved),
+	// never by its id alone (Settle, Cancel, /v1/settle, another
+	// replica): its leased limits (lease:) are then paid from this
+	// replica's leases, as checks are, and only the rest is reserved in
+	// the store, which makes no store call when every limit is leased.
+	// Settled by id, such a reservation's leased limits keep their
+	// estimates and the leases their charges (under-admission, never
+	// more). A retry of the reserve pays the leased limits again. The
+	// LLM proxy reserves so.
+	InProcess bool
 	// Cancel, when not nil, ends a wait under a limit's wait (see
 	// Decision.Waited) once closed, as ctx's end does: for a caller that
 	// decides on a context its client's leaving does not end (the LLM
@@ -93,11 +104,11 @@ func (s *Service) reserveWith(ctx context.Context, o ReserveOptions, reqs []Requ
 	if o.StopLimits {
 		checks = slices.DeleteFunc(checks, func(c check) bool { return !stopsStreams(c.limit) })
 	}
-	d, err := s.reserveChecks(ctx, id, checks)
+	d, err := s.reserveChecks(ctx, id, checks, o.InProcess)
 	took := time.Since(start) // the first decision's, without a wait
 	// A stream's growth does not wait: it stops or finishes as on_exhaust says.
 	if err == nil && !d.Allowed && !o.StopLimits {
-		d, err = s.waitAndDecide(ctx, o.Cancel, requestWait(reqs), checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks) })
+		d, err = s.waitAndDecide(ctx, o.Cancel, requestWait(reqs), checks, d, func() (Decision, error) { return s.reserveChecks(ctx, id, checks, o.InProcess) })
 	}
 	if err != nil {
 		return Decision{}, err
@@ -121,28 +132,47 @@ func (s *Service) reserveRequest(id string, b storeCall) (tokenlimit.ReserveRequ
 
 // reserveChecks reserves checks under id through the fault layer: on the
 // store or, while it fails, on the local fail-open budgets
-// (resilient.Failover.DecideReservation).
-func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) (Decision, error) {
+// (resilient.Failover.DecideReservation), and, for a reservation settled
+// in process, its leased limits on this replica's leases
+// (resilient.Failover.ReserveHeld).
+func (s *Service) reserveChecks(ctx context.Context, id string, checks []check, inProcess bool) (Decision, error) {
 	if len(checks) == 0 {
 		return Decision{Allowed: true, At: s.opts.Clock()}, nil // nothing to charge, nothing recorded
 	}
 	b := newStoreCall(checks, false)
 	req, measured := s.reserveRequest(id, b)
-	res, a, err := s.fault.DecideReservation(ctx, req, b.policies, b.results)
+	var status tokenlimit.ReserveStatus // 0: refused before or without a reservation
+	var held *resilient.Held
+	var a resilient.Answer
+	var err error
+	if inProcess {
+		held, a, err = s.fault.ReserveHeld(ctx, req, b.policies, b.results)
+		if held != nil {
+			status = held.Status()
+		}
+	} else {
+		var res *tokenlimit.Reservation
+		res, a, err = s.fault.DecideReservation(ctx, req, b.policies, b.results)
+		if res != nil {
+			status = res.Status()
+		}
+	}
 	if err != nil {
 		return Decision{}, s.storeError(err)
 	}
 	d := s.decision(a, b)
-	if res == nil { // refused before or without a reservation
+	switch status {
+	case 0:
 		return d, nil
-	}
-	switch res.Status() {
 	case tokenlimit.Conflict:
 		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationConflict)
 	case tokenlimit.Closed:
 		return Decision{}, fmt.Errorf("reservation %q: %w", id, ErrReservationClosed)
 	}
-	d.Reserved, d.Replayed, d.measured = res.OK(), res.Status() == tokenlimit.Replayed, measured
+	d.Reserved, d.Replayed, d.measured = status.Admitted(), status == tokenlimit.Replayed, measured
+	if d.Reserved {
+		d.held = held
+	}
 	if d.Reserved && !d.Replayed && d.Allowed && a.Source == resilient.FromStore && !a.Full {
 		s.raiseAlerts(ctx, checks, &d) // the estimate charged crossed them
 	}
@@ -163,37 +193,49 @@ func (s *Service) reserveChecks(ctx context.Context, id string, checks []check) 
 // again (see docs/operations.md). When the store fails and the reservation
 // is not local, it fails with ErrStoreUnavailable: retry, it applies once.
 func (s *Service) Settle(ctx context.Context, id string, actual int64) (tokenlimit.SettleStatus, error) {
-	return s.settle(ctx, id, actual, nil, nil)
+	return s.settle(ctx, nil, id, actual, nil, nil)
 }
 
 // settle is Settle with a spend for limits in usd (nil keeps their charge)
-// and the measures of limits counting token classes (see SettleUsage).
-func (s *Service) settle(ctx context.Context, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
+// and the measures of limits counting token classes (see SettleUsage),
+// through held when the reservation was made to be settled in process.
+func (s *Service) settle(ctx context.Context, held *resilient.Held, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
 	ctx, span := s.startDecision(ctx, OpSettle)
-	st, err := s.settleUntraced(ctx, id, actual, spend, measures)
+	st, err := s.settleUntraced(ctx, held, id, actual, spend, measures)
 	endSettle(span, st, err)
 	return st, err
 }
 
-func (s *Service) settleUntraced(ctx context.Context, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
+func (s *Service) settleUntraced(ctx context.Context, held *resilient.Held, id string, actual int64, spend *int64, measures []int64) (tokenlimit.SettleStatus, error) {
 	if err := validID(id); err != nil {
 		return 0, err
 	}
 	if actual < 0 || actual > tokenlimit.MaxCost {
 		return 0, invalid("actual: must be between 0 and %d, got %d", int64(tokenlimit.MaxCost), actual)
 	}
-	return s.settleRequest(ctx, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend, Measures: measures})
+	return s.settleRequest(ctx, held, tokenlimit.SettleRequest{ID: id, Actual: actual, Spend: spend, Measures: measures})
 }
 
 // Cancel settles reservation id as if its request never happened: every
 // limit's whole charge is refunded, whatever it counts (the LLM proxy
 // refunds a stream's growths so). The once-only rules of Settle apply.
 func (s *Service) Cancel(ctx context.Context, id string) (tokenlimit.SettleStatus, error) {
+	return s.cancel(ctx, nil, id)
+}
+
+// CancelReserved is Cancel for d, a reservation made by this process:
+// one reserved with ReserveOptions.InProcess gives what its leased limits
+// paid back to the leases.
+func (s *Service) CancelReserved(ctx context.Context, d Decision) (tokenlimit.SettleStatus, error) {
+	return s.cancel(ctx, d.held, d.ReservationID)
+}
+
+func (s *Service) cancel(ctx context.Context, held *resilient.Held, id string) (tokenlimit.SettleStatus, error) {
 	ctx, span := s.startDecision(ctx, OpSettle)
 	var st tokenlimit.SettleStatus
 	err := validID(id)
 	if err == nil {
-		st, err = s.settleRequest(ctx, tokenlimit.SettleRequest{ID: id, Cancel: true})
+		st, err = s.settleRequest(ctx, held, tokenlimit.SettleRequest{ID: id, Cancel: true})
 	}
 	endSettle(span, st, err)
 	return st, err
@@ -213,10 +255,16 @@ func validID(id string) error {
 // settleRequest applies a valid settlement, and raises the alerts of the
 // budgets it moved past a threshold (their notes come back from the
 // reservation's record, whichever replica reserved it).
-func (s *Service) settleRequest(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
+func (s *Service) settleRequest(ctx context.Context, held *resilient.Held, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	var noted []tokenlimit.Noted
 	req.Noted = &noted
-	st, err := s.fault.Settle(ctx, s.opts.Clock(), req)
+	var st tokenlimit.SettleStatus
+	var err error
+	if held != nil {
+		st, err = s.fault.SettleHeld(ctx, held, req)
+	} else {
+		st, err = s.fault.Settle(ctx, s.opts.Clock(), req)
+	}
 	if err != nil {
 		return 0, s.storeError(err)
 	}

@@ -542,6 +542,9 @@ type Decision struct {
 	// measured are the costs of the reservation's limits counted in token
 	// classes, measure k's at k (see SettleUsage).
 	measured []measure
+	// held is the reservation's handle when it was reserved to be settled
+	// in this process (ReserveOptions.InProcess); nil otherwise.
+	held *resilient.Held
 }
 
 // Tightest returns the enforced outcome that constrains the request most (see

@@ -37,5 +37,5 @@ func (s *Service) SettleSpend(ctx context.Context, id string, actual, spend int6
 	if spend < 0 || spend > tokenlimit.MaxCost {
 		return 0, invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), spend)
 	}
-	return s.settle(ctx, id, actual, &spend, nil)
+	return s.settle(ctx, nil, id, actual, &spend, nil)
 }

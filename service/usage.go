@@ -73,12 +73,15 @@ type Charges map[string]int64
 // settles to 0 and is counted. Otherwise it is SettleSpend (Settle when
 // spend is nil). A reservation settled by id alone (Settle, from another
 // process) leaves the limits counting token classes at their estimates.
+// One reserved with ReserveOptions.InProcess is settled through d: what
+// its leased limits paid from the leases settles there, once, however
+// often d is settled.
 func (s *Service) SettleUsage(ctx context.Context, d Decision, actual int64, spend *int64, usage config.Usage) (tokenlimit.SettleStatus, Charges, error) {
 	if spend != nil && (*spend < 0 || *spend > tokenlimit.MaxCost) {
 		return 0, nil, invalid("spend: must be between 0 and %d micro-dollars, got %d", int64(tokenlimit.MaxCost), *spend)
 	}
 	measures := s.measures(d.measured, actual, usage)
-	st, err := s.settle(ctx, d.ReservationID, actual, spend, measures)
+	st, err := s.settle(ctx, d.held, d.ReservationID, actual, spend, measures)
 	return st, charges(d.measured, measures), err
 }
 
