@@ -32,6 +32,18 @@ import (
 //   - Leases end: once the calls stop, every lease is returned within its
 //     TTL, and every leased unit is accounted for: admitted from a lease,
 //     returned, or left standing.
+//
+// Each model runs twice: with checks alone, and with reservations settled
+// in process (ReserveHeld) among them, each settled later to a random
+// cost (0..6 for an estimate of 1..4: refunds and extra charges, into
+// live leases, across their ends and on the store) or cancelled. Then an
+// admission counts its estimate, a settlement's refund counts as given
+// back (F, in the interval bound), and an extra charge is the algorithm's
+// own over-admission: a fixed window admits at most its quota plus the
+// extra charges made in the window, and a bucket's bounds hold for what
+// was admitted less what was refunded. Once every reservation is settled
+// and every lease returned, a fixed window's store counts exactly what
+// was used.
 
 // leaseReplicas is the number of replicas of the model.
 const leaseReplicas = 4
@@ -54,6 +66,19 @@ type leaseRun struct {
 	// fromLease is the cost admitted from leases (the rest was decided
 	// on the store).
 	fromLease int64
+	// reserving: a share of the calls are reservations settled in
+	// process, pending until they are settled.
+	reserving bool
+	pending   []leaseReservation
+	seq       int
+}
+
+// leaseReservation is a reservation of the model, admitted at at.
+type leaseReservation struct {
+	h    *resilient.Held
+	f    *resilient.Failover
+	at   time.Time
+	cost int64
 }
 
 type leaseAdmission struct {
@@ -124,11 +149,22 @@ func (r *leaseRun) storeRemaining() int64 {
 	return res[0].Remaining
 }
 
-// step decides one call of cost on replica i at the clock's time.
-func (r *leaseRun) step(i int, cost int64) (tokenlimit.Result, bool) {
+// step decides one call of cost on replica i at the clock's time: a
+// check, or a reservation settled in process when reserve is set.
+func (r *leaseRun) step(i int, cost int64, reserve bool) (tokenlimit.Result, bool) {
 	r.t.Helper()
 	res := make([]tokenlimit.Result, 1)
-	a, err := r.replicas[i].Decide(context.Background(), []tokenlimit.Item{{Key: "hot", Limit: r.limit, Cost: cost}}, []resilient.Policy{r.policy}, res)
+	items, policies := []tokenlimit.Item{{Key: "hot", Limit: r.limit, Cost: cost}}, []resilient.Policy{r.policy}
+	var a resilient.Answer
+	var h *resilient.Held
+	var err error
+	if reserve {
+		r.seq++
+		req := tokenlimit.ReserveRequest{ID: fmt.Sprintf("r%d", r.seq), Items: items, TTL: time.Hour}
+		h, a, err = r.replicas[i].ReserveHeld(context.Background(), req, policies, res)
+	} else {
+		a, err = r.replicas[i].Decide(context.Background(), items, policies, res)
+	}
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -140,15 +176,45 @@ func (r *leaseRun) step(i int, cost int64) (tokenlimit.Result, bool) {
 		if a.Source == resilient.FromLease {
 			r.fromLease += cost
 		}
+		if reserve {
+			r.pending = append(r.pending, leaseReservation{h: h, f: r.replicas[i], at: r.clock.Now(), cost: cost})
+		}
 	}
 	r.idle()
 	return res[0], a.Allowed
 }
 
+// settle settles the pending reservation k to a random cost 0..6, or
+// cancels it, at the clock's time, and returns it and what it settled to.
+func (r *leaseRun) settle(rng *rand.Rand, k int) (leaseReservation, int64) {
+	r.t.Helper()
+	p := r.pending[k]
+	r.pending = slices.Delete(r.pending, k, k+1)
+	req := tokenlimit.SettleRequest{ID: p.h.ID(), Actual: rng.Int64N(7), Cancel: rng.IntN(6) == 0}
+	to := req.Actual
+	if req.Cancel {
+		to = 0
+	}
+	if st, err := p.f.SettleHeld(context.Background(), p.h, req); err != nil || st != tokenlimit.Settled {
+		r.t.Fatalf("settle %s: %v, %v; want settled", p.h.ID(), st, err)
+	}
+	if refund := p.cost - to; refund > 0 {
+		r.mu.Lock()
+		r.refunds = append(r.refunds, leaseAdmission{at: r.clock.Now(), cost: refund})
+		r.mu.Unlock()
+	}
+	r.idle()
+	return p, to
+}
+
 // arrivals drives n random calls: bursts of close calls and pauses
 // longer than a lease, costs 1..4, on random replicas; check runs after
-// each with the call's cost and whether it was admitted.
-func (r *leaseRun) arrivals(rng *rand.Rand, n int, check func(cost int64, allowed bool)) {
+// each with the call's cost and whether it was admitted. When the run
+// reserves, 40% of the calls are reservations, and a step settles a
+// pending one instead of calling with a chance of 30%; settled runs after
+// each settlement with the reservation and what it was settled to, and
+// the reservations still pending are settled at the end.
+func (r *leaseRun) arrivals(rng *rand.Rand, n int, check func(cost int64, allowed bool), settled func(p leaseReservation, to int64)) {
 	for range n {
 		switch p := rng.IntN(100); {
 		case p < 3:
@@ -159,9 +225,16 @@ func (r *leaseRun) arrivals(rng *rand.Rand, n int, check func(cost int64, allowe
 			r.clock.Advance(time.Duration(rng.Int64N(int64(r.policy.Lease.TTL / 4))))
 		}
 		r.idle() // the leases that ended meanwhile are returned first
+		if len(r.pending) > 0 && rng.IntN(100) < 30 {
+			settled(r.settle(rng, rng.IntN(len(r.pending))))
+			continue
+		}
 		cost := 1 + rng.Int64N(4)
-		_, allowed := r.step(rng.IntN(leaseReplicas), cost)
+		_, allowed := r.step(rng.IntN(leaseReplicas), cost, r.reserving && rng.IntN(100) < 40)
 		check(cost, allowed)
+	}
+	for len(r.pending) > 0 {
+		settled(r.settle(rng, 0))
 	}
 }
 
@@ -177,7 +250,9 @@ func (r *leaseRun) finish() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	taken, returned, stood := r.events[resilient.LeaseTaken], r.events[resilient.LeaseReturned], r.events[resilient.LeaseStood]
-	if taken != r.fromLease+returned+stood {
+	// (Settlements move units between leases, admissions and the store:
+	// a run with reservations is checked by the store's count instead.)
+	if !r.reserving && taken != r.fromLease+returned+stood {
 		r.t.Errorf("leased %d; admitted from leases %d + returned %d + stood %d = %d: every leased unit must be accounted for once",
 			taken, r.fromLease, returned, stood, r.fromLease+returned+stood)
 	}
@@ -203,42 +278,75 @@ func leaseStore(t *testing.T, store string) tokenlimit.Store {
 	return testkit.RedisStore(t, redistest.Start(t).Addr(), testkit.Rueidis)
 }
 
-// TestLeaseBoundsOfAFixedWindow runs the model on a fixed window.
+// TestLeaseBoundsOfAFixedWindow runs the model on a fixed window, with
+// checks alone and with reservations.
 func TestLeaseBoundsOfAFixedWindow(t *testing.T) {
 	t.Parallel()
 	testkit.EachStore(t, func(t *testing.T, store string) {
-		lease := tokenlimit.Lease{Size: 20, TTL: 2 * time.Second}
-		limit := tokenlimit.FixedWindowLimit(100, 10*time.Second)
-		r := newLeaseRun(t, leaseStore(t, store), limit, lease)
-		window := func(at time.Time) int64 { return at.UnixMicro() / limit.Period.Microseconds() }
-		perWindow := map[int64]int64{}
-		denials := 0
-		r.arrivals(rand.New(rand.NewPCG(1, 23)), 3000, func(cost int64, allowed bool) {
-			now := r.clock.Now()
-			if allowed {
-				perWindow[window(now)] += cost
-			}
-			admitted := perWindow[window(now)]
-			if admitted > limit.Quota {
-				t.Fatalf("%s: %d admitted in the window; the quota is %d", now, admitted, limit.Quota)
-			}
-			held := (limit.Quota - r.storeRemaining()) - admitted
-			unused, _ := r.unused()
-			if held < 0 || held != unused || held > leaseReplicas*2*lease.Size {
-				t.Fatalf("%s: the store holds %d that no call was admitted for, the leases %d unused; want the same, 0..%d", now, held, unused, leaseReplicas*2*lease.Size)
-			}
-			if !allowed {
-				denials++
-				if limit.Quota-admitted-cost >= held {
-					t.Fatalf("%s: cost %d denied with %d admitted of %d and %d held by leases: under-admission beyond the leases", now, cost, admitted, limit.Quota, held)
-				}
-			}
-		})
-		if denials == 0 {
-			t.Error("no call was denied: the run never reached the limit")
+		for _, reserving := range []bool{false, true} {
+			t.Run(map[bool]string{false: "checks", true: "reservations"}[reserving], func(t *testing.T) {
+				leaseWindowModel(t, store, reserving)
+			})
 		}
-		r.finish()
 	})
+}
+
+// leaseWindowModel runs the model on a fixed window on store.
+func leaseWindowModel(t *testing.T, store string, reserving bool) {
+	lease := tokenlimit.Lease{Size: 20, TTL: 2 * time.Second}
+	limit := tokenlimit.FixedWindowLimit(100, 10*time.Second)
+	r := newLeaseRun(t, leaseStore(t, store), limit, lease)
+	r.reserving = reserving
+	window := func(at time.Time) int64 { return at.UnixMicro() / limit.Period.Microseconds() }
+	// used is what each window counts as used (admissions, less refunds
+	// to the window charged, plus extra charges); extra the extra charges.
+	used, extra := map[int64]int64{}, map[int64]int64{}
+	// exact checks that the store counts what was used plus what the
+	// leases hold unused, while it has some left (at 0 it may count more).
+	exact := func() {
+		now := r.clock.Now()
+		unused, _ := r.unused()
+		if left := r.storeRemaining(); left > 0 {
+			if held := (limit.Quota - left) - used[window(now)]; held != unused || held > leaseReplicas*2*lease.Size {
+				t.Fatalf("%s: the store holds %d that no call used, the leases %d unused; want the same, 0..%d", now, held, unused, leaseReplicas*2*lease.Size)
+			}
+		}
+	}
+	denials := 0
+	r.arrivals(rand.New(rand.NewPCG(1, 23)), 3000, func(cost int64, allowed bool) {
+		now := r.clock.Now()
+		w := window(now)
+		if allowed {
+			used[w] += cost
+		}
+		if used[w] > limit.Quota+extra[w] {
+			t.Fatalf("%s: %d used in the window, %d of it extra charges; the quota is %d", now, used[w], extra[w], limit.Quota)
+		}
+		exact()
+		if !allowed {
+			denials++
+			if unused, _ := r.unused(); limit.Quota-used[w]-cost >= unused {
+				t.Fatalf("%s: cost %d denied with %d used of %d and %d held by leases: under-admission beyond the leases", now, cost, used[w], limit.Quota, unused)
+			}
+		}
+	}, func(p leaseReservation, to int64) {
+		w := window(r.clock.Now())
+		switch d := to - p.cost; {
+		case d > 0:
+			used[w] += d
+			extra[w] += d
+		case window(p.at) == w: // a refund counts in the window charged only
+			used[w] += d
+		}
+		exact()
+	})
+	if denials == 0 {
+		t.Error("no call was denied: the run never reached the limit")
+	}
+	r.finish()
+	if left := r.storeRemaining(); left > 0 && limit.Quota-left != used[window(r.clock.Now())] {
+		t.Errorf("the store counts %d once every lease is returned; want the %d used", limit.Quota-left, used[window(r.clock.Now())])
+	}
 }
 
 // TestLeaseBoundsOfATokenBucket runs the model on a token bucket and on
@@ -247,18 +355,25 @@ func TestLeaseBoundsOfATokenBucket(t *testing.T) {
 	t.Parallel()
 	testkit.EachStore(t, func(t *testing.T, store string) {
 		for _, limit := range []tokenlimit.Limit{tokenlimit.TokenBucketLimit(100, 10, time.Second), tokenlimit.GCRALimit(99, 10, time.Second)} {
-			t.Run(limit.Algorithm.String(), func(t *testing.T) { leaseBucketModel(t, store, limit) })
+			for _, reserving := range []bool{false, true} {
+				name := limit.Algorithm.String() + map[bool]string{false: "/checks", true: "/reservations"}[reserving]
+				t.Run(name, func(t *testing.T) { leaseBucketModel(t, store, limit, reserving) })
+			}
 		}
 	})
 }
 
 // leaseBucketModel runs the model on limit, a bucket, on store.
-func leaseBucketModel(t *testing.T, store string, limit tokenlimit.Limit) {
+func leaseBucketModel(t *testing.T, store string, limit tokenlimit.Limit, reserving bool) {
 	lease := tokenlimit.Lease{Size: 20, TTL: 2 * time.Second}
 	r := newLeaseRun(t, leaseStore(t, store), limit, lease)
+	r.reserving = reserving
 	num, den := limit.Interval()
 	model := algo.NewBucket(limit.Capacity(), num, den)
-	var tat algo.TAT // the lease-free bucket charged every admission at its time
+	// tat is the lease-free bucket charged every admission, refund and
+	// extra charge at its time; total is what was admitted less what was
+	// refunded.
+	var tat algo.TAT
 	var total int64
 	denials := 0
 	r.arrivals(rand.New(rand.NewPCG(2, 23)), 3000, func(cost int64, allowed bool) {
@@ -282,6 +397,9 @@ func leaseBucketModel(t *testing.T, store string, limit tokenlimit.Limit) {
 		if out.Remaining-cost >= unused {
 			t.Fatalf("%s: cost %d denied; the lease-free bucket has %d left and leases hold %d: under-admission beyond the leases", now, cost, out.Remaining, unused)
 		}
+	}, func(p leaseReservation, to int64) {
+		tat, _ = model.Adjust(tat, r.clock.Now().UnixMicro(), to-p.cost)
+		total -= max(0, p.cost-to)
 	})
 	if denials == 0 {
 		t.Error("no call was denied: the run never reached the limit")

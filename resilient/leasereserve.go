@@ -257,13 +257,25 @@ func (h *Held) apply(ctx context.Context, req tokenlimit.SettleRequest) {
 	}
 }
 
-// owe adds adj to what os owes f's store.
+// owe adds adj to what os owes f's store, to the adjustment of its budget
+// if there is one already (a store takes one per budget in a call). Their
+// charge times may differ but not matter: the leases a reservation's item
+// was paid from were charged in the window it was paid in (a fixed
+// window's leases end with their window), and a bucket's adjustment does
+// not depend on it.
 func owe(os []owedCharges, f *Failover, adj tokenlimit.Adjustment) []owedCharges {
 	for i := range os {
-		if os[i].f == f {
-			os[i].adjs = append(os[i].adjs, adj)
-			return os
+		if os[i].f != f {
+			continue
 		}
+		for j := range os[i].adjs {
+			if a := &os[i].adjs[j]; a.Key == adj.Key && a.Limit.Algorithm == adj.Limit.Algorithm {
+				a.Delta += adj.Delta
+				return os
+			}
+		}
+		os[i].adjs = append(os[i].adjs, adj)
+		return os
 	}
 	return append(os, owedCharges{f: f, adjs: []tokenlimit.Adjustment{adj}})
 }
