@@ -52,6 +52,9 @@ type Held struct {
 	id     string
 	status tokenlimit.ReserveStatus
 	stored bool // items are reserved on a store under id
+	// on is the stores holding them, when reserved through a Stores
+	// (Stores.SettleHeld); empty for a Failover's.
+	on storeSet
 
 	mu      sync.Mutex
 	leased  []heldItem

@@ -1,8 +1,10 @@
 package resilient
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -35,6 +37,8 @@ import (
 type Stores struct {
 	names  []string    // names[0] is the main store's
 	layers []*Failover // layers[i] is names[i]'s
+	// placed is where the reservations made through s are (placements.go).
+	placed *placements
 }
 
 // NamedLayer is a store's fault layer with the name limits give it.
@@ -44,10 +48,13 @@ type NamedLayer struct {
 }
 
 // NewStores routes items whose Policy.Store is "" or main.Name to
-// main.Layer, and those naming one of named to its layer; parts of a call
-// spanning stores are decided in this order.
+// main.Layer, and those naming one of named to its layer (at most 63);
+// parts of a call spanning stores are decided in this order.
 func NewStores(main NamedLayer, named ...NamedLayer) (*Stores, error) {
-	s := &Stores{}
+	s := &Stores{placed: newPlacements(maxPlacements)}
+	if len(named) >= maxStores {
+		return nil, fmt.Errorf("resilient: NewStores: at most %d named stores, got %d", maxStores-1, len(named))
+	}
 	for _, l := range append([]NamedLayer{main}, named...) {
 		switch {
 		case l.Layer == nil:
@@ -106,6 +113,7 @@ func (s *Stores) single(policies []Policy) (int, bool, error) {
 // in the call, and copies of their items, policies and results.
 type part struct {
 	layer    *Failover
+	store    int // the layer's index in Stores.layers
 	indexes  []int
 	items    []tokenlimit.Item
 	policies []Policy
@@ -139,7 +147,7 @@ func (s *Stores) split(items []tokenlimit.Item, policies []Policy, rules []token
 	out := parts[:0]
 	for l := range parts {
 		if len(parts[l].items) > 0 {
-			parts[l].layer = s.layers[l]
+			parts[l].layer, parts[l].store = s.layers[l], l
 			parts[l].results = make([]tokenlimit.Result, len(parts[l].items))
 			out = append(out, parts[l])
 		}
@@ -268,19 +276,31 @@ func (s *Stores) refund(ctx context.Context, parts []part) {
 // under req.ID, with its part of the items; when a part is refused, the
 // parts already reserved are undone (see the top of this file). The
 // reservation returned is the last part's, Reserved if any part is (the
-// others replayed a reserve whose reply was lost).
+// others replayed a reserve whose reply was lost). An admitted
+// reservation's stores are remembered (placements.go), so that settling
+// it here goes to them alone.
 func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRequest, policies []Policy, results []tokenlimit.Result) (*tokenlimit.Reservation, Answer, error) {
+	if len(s.layers) == 1 {
+		return s.layers[0].DecideReservation(ctx, req, policies, results)
+	}
 	l, one, err := s.single(policies)
 	switch {
 	case err != nil:
 		return nil, Answer{}, err
 	case one:
-		return s.layers[l].DecideReservation(ctx, req, policies, results)
+		s.placed.widen(req.ID, storeBit(l))
+		res, a, err := s.layers[l].DecideReservation(ctx, req, policies, results)
+		if err == nil && res != nil && res.OK() {
+			s.place(req, storeBit(l))
+		}
+		return res, a, err
 	}
 	parts, err := s.split(req.Items, policies, req.Rules, req.Notes)
 	if err != nil {
 		return nil, Answer{}, err
 	}
+	on := partsOn(parts)
+	s.placed.widen(req.ID, on)
 	var res *tokenlimit.Reservation
 	for k := range parts {
 		pt := &parts[k]
@@ -301,7 +321,24 @@ func (s *Stores) DecideReservation(ctx context.Context, req tokenlimit.ReserveRe
 		}
 		parts[k].admitted = a
 	}
+	s.place(req, on)
 	return res, merge(parts), nil
+}
+
+// partsOn is the set of the stores of parts.
+func partsOn(parts []part) storeSet {
+	var on storeSet
+	for _, pt := range parts {
+		on |= storeBit(pt.store)
+	}
+	return on
+}
+
+// place remembers that req's reservation is held on the stores on, until
+// its TTL (the main store's ReservationTTL when 0) ends.
+func (s *Stores) place(req tokenlimit.ReserveRequest, on storeSet) {
+	main := s.layers[0]
+	s.placed.add(req.ID, on, main.clock().Add(cmp.Or(req.TTL, main.ttl)))
 }
 
 // ReserveHeld is Failover.ReserveHeld on the store each item's policy
@@ -315,7 +352,11 @@ func (s *Stores) ReserveHeld(ctx context.Context, req tokenlimit.ReserveRequest,
 	case err != nil:
 		return nil, Answer{}, err
 	case one:
-		return s.layers[l].ReserveHeld(ctx, req, policies, results)
+		h, a, err := s.layers[l].ReserveHeld(ctx, req, policies, results)
+		if h != nil {
+			h.on = storeBit(l)
+		}
+		return h, a, err
 	}
 	parts, err := s.split(req.Items, policies, req.Rules, req.Notes)
 	if err != nil {
@@ -341,6 +382,7 @@ func (s *Stores) ReserveHeld(ctx context.Context, req tokenlimit.ReserveRequest,
 		held.leased = append(held.leased, h.leased...)
 		if h.stored {
 			held.stored = true
+			held.on |= storeBit(pt.store)
 			stored = append(stored, *pt)
 		}
 		if h.status == tokenlimit.Reserved {
@@ -352,10 +394,11 @@ func (s *Stores) ReserveHeld(ctx context.Context, req tokenlimit.ReserveRequest,
 }
 
 // SettleHeld is Failover.SettleHeld for h, reserved by ReserveHeld: the
-// part on the stores is settled as Settle does.
+// part on the stores is settled as Settle does, on the stores holding it
+// alone (the handle knows them).
 func (s *Stores) SettleHeld(ctx context.Context, h *Held, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	return h.settle(ctx, req, func(ctx context.Context, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
-		return s.Settle(ctx, time.Time{}, req)
+		return s.settleOn(ctx, time.Time{}, req, h.on)
 	})
 }
 
@@ -372,22 +415,46 @@ func (s *Stores) undo(ctx context.Context, parts []part, req tokenlimit.ReserveR
 	}
 }
 
-// Settle settles req on every store at once (a reservation spanning
-// stores has a record in each; by its id alone nothing says which): the
-// status is the most advanced any store reports (Settled, then
-// AlreadySettled, then UnknownReservation), and the error the first
-// store's that failed (retrying is safe: settling applies once). A store
-// without the record keeps a tombstone of the id (SettleRequest.TTL).
-// req.Noted receives the noted items of every store that settled.
+// Settle settles req on the stores holding the reservation, at once: those
+// a reserve through s on this replica recorded it in (placements.go),
+// else, since its id alone does not say which, every store (a reservation
+// made on another replica, or one forgotten). The status is the most
+// advanced any of them reports (Settled, then AlreadySettled, then
+// UnknownReservation), and the error the first store's that failed
+// (retrying is safe: settling applies once). A store sent the settle
+// without holding the record keeps a tombstone of the id
+// (SettleRequest.TTL). req.Noted receives the noted items of every store
+// that settled.
 func (s *Stores) Settle(ctx context.Context, now time.Time, req tokenlimit.SettleRequest) (tokenlimit.SettleStatus, error) {
 	if len(s.layers) == 1 {
 		return s.layers[0].Settle(ctx, now, req)
+	}
+	on, known := s.placed.where(req.ID, s.layers[0].clock())
+	st, err := s.settleOn(ctx, now, req, on)
+	if err == nil && known {
+		s.placed.forget(req.ID) // settled: a retry goes everywhere, and finds it so
+	}
+	return st, err
+}
+
+// settleOn settles req at once on the stores in on, every store when on
+// is empty (see Settle).
+func (s *Stores) settleOn(ctx context.Context, now time.Time, req tokenlimit.SettleRequest, on storeSet) (tokenlimit.SettleStatus, error) {
+	if on == 0 {
+		on = storeBit(len(s.layers)) - 1
+	}
+	if on&(on-1) == 0 { // one store
+		return s.layers[bits.TrailingZeros64(uint64(on))].Settle(ctx, now, req)
 	}
 	statuses := make([]tokenlimit.SettleStatus, len(s.layers))
 	errs := make([]error, len(s.layers))
 	noted := make([][]tokenlimit.Noted, len(s.layers))
 	var wg sync.WaitGroup
 	for i, l := range s.layers {
+		if !on.has(i) {
+			statuses[i] = tokenlimit.UnknownReservation
+			continue
+		}
 		lreq := req
 		if req.Noted != nil {
 			lreq.Noted = &noted[i] // each store its own: they settle at once

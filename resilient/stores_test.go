@@ -2,6 +2,7 @@ package resilient_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -21,9 +22,19 @@ type threeStores struct {
 func newThreeStores(t *testing.T) *threeStores {
 	t.Helper()
 	ts := &threeStores{clock: testkit.NewClock(time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC))}
-	layer := func(name string, st **testkit.FaultStore) resilient.NamedLayer {
+	for _, st := range []**testkit.FaultStore{&ts.main, &ts.home, &ts.far} {
 		*st = &testkit.FaultStore{Store: testkit.MemStore(t), Info: testkit.Remote}
-		f, err := resilient.NewFailover(*st, resilient.FailoverOptions{
+	}
+	ts.stores = ts.replica(t)
+	return ts
+}
+
+// replica is another replica's Stores over ts's three stores: fault
+// layers of its own, at ts's clock.
+func (ts *threeStores) replica(t *testing.T) *resilient.Stores {
+	t.Helper()
+	layer := func(name string, st *testkit.FaultStore) resilient.NamedLayer {
+		f, err := resilient.NewFailover(st, resilient.FailoverOptions{
 			Options: resilient.Options{BreakerThreshold: 1, BreakerCooldown: time.Second, Clock: ts.clock.Now},
 			Logger:  testkit.Quiet(),
 		})
@@ -32,12 +43,17 @@ func newThreeStores(t *testing.T) *threeStores {
 		}
 		return resilient.NamedLayer{Name: name, Layer: f}
 	}
-	var err error
-	ts.stores, err = resilient.NewStores(layer("default", &ts.main), layer("home", &ts.home), layer("far", &ts.far))
+	stores, err := resilient.NewStores(layer("default", ts.main), layer("home", ts.home), layer("far", ts.far))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ts
+	return stores
+}
+
+// settles are the Settle calls each store has had so far: main's, home's
+// and far's.
+func (ts *threeStores) settles() [3]int64 {
+	return [3]int64{ts.main.Settles(), ts.home.Settles(), ts.far.Settles()}
 }
 
 // left peeks at key's budget under l in st (the store itself, past its
@@ -127,7 +143,7 @@ func TestStoresOneStoreCallsOnlyIt(t *testing.T) {
 
 // TestStoresReservationUndone: a reservation spanning stores that the
 // second refuses is undone in the first, so that its id reserves afresh;
-// a settlement reaches every store.
+// a settlement reaches the stores holding it.
 func TestStoresReservationUndone(t *testing.T) {
 	ts := newThreeStores(t)
 	ctx := context.Background()
@@ -155,8 +171,110 @@ func TestStoresReservationUndone(t *testing.T) {
 	if m, h := ts.left(t, ts.main, "m", perMinute10), ts.left(t, ts.home, "h", perMinute10); m != 9 || h != 9 {
 		t.Errorf("after settling to 1: main %d, home %d left; want 9 and 9", m, h)
 	}
-	// far never held it: a tombstone there, the status the others'.
+	// Settled, it is forgotten: a retry goes to every store (a tombstone
+	// in far, which never held it), and the status is the others'.
 	if st, err := ts.stores.Settle(ctx, time.Time{}, tokenlimit.SettleRequest{ID: "r", Actual: 1, TTL: time.Hour}); err != nil || st != tokenlimit.AlreadySettled {
 		t.Errorf("second Settle: %v %v, want already settled", st, err)
+	}
+}
+
+// TestStoresSettleGoesWhereTheReservationIs: a settle by id on the replica
+// that reserved calls only the stores the reservation used (main alone,
+// or main and home), through its handle too; from another replica, which
+// does not know where it is, it goes to every store and still settles
+// once, and a settle back on the first replica then changes nothing.
+func TestStoresSettleGoesWhereTheReservationIs(t *testing.T) {
+	ts := newThreeStores(t)
+	other := ts.replica(t)
+	ctx := context.Background()
+	mainOnly, spanning := []resilient.Policy{{}}, []resilient.Policy{{}, {Store: "home"}}
+	items := func(cost int64) []tokenlimit.Item {
+		return []tokenlimit.Item{{Key: "m", Limit: perMinute10, Cost: cost}, {Key: "h", Limit: perMinute10, Cost: cost}}
+	}
+	reserve := func(id string, policies []resilient.Policy) {
+		t.Helper()
+		req := tokenlimit.ReserveRequest{ID: id, TTL: time.Hour, Items: items(3)[:len(policies)]}
+		res, a, err := ts.stores.DecideReservation(ctx, req, policies, make([]tokenlimit.Result, len(policies)))
+		if err != nil || !a.Allowed || res.Status() != tokenlimit.Reserved {
+			t.Fatalf("reserve %s: %v %+v %v", id, res, a, err)
+		}
+	}
+	settle := func(on *resilient.Stores, id string, want tokenlimit.SettleStatus, calls [3]int64) {
+		t.Helper()
+		before := ts.settles()
+		st, err := on.Settle(ctx, time.Time{}, tokenlimit.SettleRequest{ID: id, Actual: 1, TTL: time.Hour})
+		after := ts.settles()
+		if got := [3]int64{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; err != nil || st != want || got != calls {
+			t.Fatalf("settle %s: %v %v, settle calls (main, home, far) %v; want %v, %v", id, st, err, got, want, calls)
+		}
+	}
+	wantLeft := func(m, h int64) {
+		t.Helper()
+		if gm, gh := ts.left(t, ts.main, "m", perMinute10), ts.left(t, ts.home, "h", perMinute10); gm != m || gh != h {
+			t.Fatalf("main has %d left, home %d; want %d and %d", gm, gh, m, h)
+		}
+	}
+
+	reserve("main-only", mainOnly)
+	settle(ts.stores, "main-only", tokenlimit.Settled, [3]int64{1, 0, 0})
+	wantLeft(9, 10)
+
+	reserve("spanning", spanning)
+	settle(ts.stores, "spanning", tokenlimit.Settled, [3]int64{1, 1, 0})
+	wantLeft(8, 9)
+
+	// Settled on another replica: every store, once.
+	reserve("elsewhere", spanning)
+	wantLeft(5, 6)
+	settle(other, "elsewhere", tokenlimit.Settled, [3]int64{1, 1, 1})
+	wantLeft(7, 8)
+	settle(ts.stores, "elsewhere", tokenlimit.AlreadySettled, [3]int64{1, 1, 0})
+	wantLeft(7, 8)
+
+	// Through its handle: the stores holding it, though nothing was
+	// remembered by id.
+	req := tokenlimit.ReserveRequest{ID: "held", TTL: time.Hour, Items: items(3)}
+	h, a, err := ts.stores.ReserveHeld(ctx, req, spanning, make([]tokenlimit.Result, 2))
+	if err != nil || !a.Allowed || !h.OK() {
+		t.Fatalf("reserve held: %v %+v %v", h, a, err)
+	}
+	before := ts.settles()
+	if st, err := ts.stores.SettleHeld(ctx, h, tokenlimit.SettleRequest{ID: "held", Actual: 1, TTL: time.Hour}); err != nil || st != tokenlimit.Settled {
+		t.Fatalf("settle held: %v %v", st, err)
+	}
+	if after := ts.settles(); after != [3]int64{before[0] + 1, before[1] + 1, before[2]} {
+		t.Fatalf("settle held: settle calls %v after %v; want one more on main and home", after, before)
+	}
+	wantLeft(6, 7)
+}
+
+// TestStoresSettleNeedsOnlyItsStores: while far fails, a reservation of
+// main's limits is settled on the replica that made it (far is not
+// asked); from another replica, which must ask every store, the settle
+// fails until far answers (main applied it meanwhile), and applies once.
+func TestStoresSettleNeedsOnlyItsStores(t *testing.T) {
+	ts := newThreeStores(t)
+	other := ts.replica(t)
+	ctx := context.Background()
+	for _, id := range []string{"here", "there"} {
+		req := tokenlimit.ReserveRequest{ID: id, TTL: time.Hour, Items: []tokenlimit.Item{{Key: "m", Limit: perMinute10, Cost: 3}}}
+		if res, a, err := ts.stores.DecideReservation(ctx, req, []resilient.Policy{{}}, make([]tokenlimit.Result, 1)); err != nil || !a.Allowed || !res.OK() {
+			t.Fatalf("reserve %s: %v %+v %v", id, res, a, err)
+		}
+	}
+	ts.far.Set(testkit.Down)
+	if st, err := ts.stores.Settle(ctx, time.Time{}, tokenlimit.SettleRequest{ID: "here", Actual: 1, TTL: time.Hour}); err != nil || st != tokenlimit.Settled {
+		t.Fatalf("settle on the reserving replica, far down: %v %v; want settled", st, err)
+	}
+	if st, err := other.Settle(ctx, time.Time{}, tokenlimit.SettleRequest{ID: "there", Actual: 1, TTL: time.Hour}); !errors.Is(err, resilient.ErrUnavailable) {
+		t.Fatalf("settle on another replica, far down: %v %v; want ErrUnavailable", st, err)
+	}
+	ts.far.Set(testkit.Healthy)
+	ts.clock.Advance(time.Second) // far's breaker's cooldown
+	if st, err := other.Settle(ctx, time.Time{}, tokenlimit.SettleRequest{ID: "there", Actual: 1, TTL: time.Hour}); err != nil || st != tokenlimit.AlreadySettled {
+		t.Fatalf("settle on another replica, far back: %v %v; want already settled (by the call that failed on far)", st, err)
+	}
+	if got := ts.left(t, ts.main, "m", perMinute10); got != 8 {
+		t.Errorf("main: %d left, want 8 (both settled to 1, once)", got)
 	}
 }
