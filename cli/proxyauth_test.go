@@ -181,3 +181,45 @@ func TestProxyReplicasRefuseARevokedKey(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyReplicasRefuseAnExpiredKey: two tokenlimit proxy processes on
+// one Redis. A key created through the first with an expiry 3 s away is
+// served by the second; once it expires, each proxy refuses it (401)
+// within a second of its expiry, and neither before it.
+func TestProxyReplicasRefuseAnExpiredKey(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t)
+	upstream := httptest.NewServer(&credentialLog{})
+	defer upstream.Close()
+	cfg := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 1000000, refill: 1000000/min, cost: request}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"proxy", "--config", cfg, "--upstream", upstream.URL, "--upstream-key", "sk-upstream", "--redis", redis.URL(),
+		"--listen", "127.0.0.1:0", "--admin-token", "secret"}
+	_, a, _ := startChild(t, nil, "proxying", args...)
+	_, b, _ := startChild(t, nil, "proxying", args...)
+
+	// RFC 3339 to the millisecond.
+	expiry := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	code, key := call(t, http.MethodPost, a+"/v1/admin/keys", `{"name": "short", "expires_at": "`+expiry.UTC().Format(time.RFC3339Nano)+`"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/admin/keys: %d %v", code, key)
+	}
+	secret := key["secret"].(string)
+	answersWithin(t, time.Now(), time.Second, "an expiring key created on A, used on B", http.StatusOK, func() int { return chatWith(t, b, secret) })
+	for name, base := range map[string]string{"A": a, "B": b} {
+		var refusedAt time.Time
+		answersWithin(t, expiry, time.Second, "the expired key on "+name, http.StatusUnauthorized, func() int {
+			code := chatWith(t, base, secret)
+			if code == http.StatusUnauthorized {
+				refusedAt = time.Now()
+			}
+			return code
+		})
+		if refusedAt.Before(expiry) {
+			t.Errorf("%s refused the key at %v, before its expiry %v", name, refusedAt, expiry)
+		}
+		t.Logf("%s refused the expired key %v after its expiry", name, refusedAt.Sub(expiry))
+	}
+}

@@ -512,3 +512,83 @@ func TestPlaneAuditLinePerChange(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaneListFilters: GET /v1/admin/keys with plan= and disabled= (alone,
+// together, with team=) walks, page by page through next, exactly the keys
+// that match, in id order, each once; a disabled= that is not a boolean is
+// a 400 naming it.
+func TestPlaneListFilters(t *testing.T) {
+	t.Parallel()
+	var logs testkit.Buffer
+	e := newPlaneEnv(t, memBackend(), &logs)
+	if r := e.post("/v1/admin/teams", `{"name": "acme", "plan": "pro"}`, admin); r.status != http.StatusCreated {
+		t.Fatal(r.body)
+	}
+	type key struct {
+		id, plan, team string
+		disabled       bool
+	}
+	var keys []key
+	for i := range 13 {
+		k := key{plan: []string{"pro", "", "pro"}[i%3], disabled: i%4 == 1}
+		if i%5 == 0 {
+			k.team = "acme"
+		}
+		body := fmt.Sprintf(`{"name": "k%d", "plan": %q, "team": %q, "disabled": %t}`, i, k.plan, k.team, k.disabled)
+		r := e.post("/v1/admin/keys", body, admin)
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST %s: %d %s", body, r.status, r.body)
+		}
+		k.id = r.json(t)["id"].(string)
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int { return strings.Compare(a.id, b.id) })
+	for _, c := range []struct {
+		query string
+		want  func(key) bool
+	}{
+		{"plan=pro", func(k key) bool { return k.plan == "pro" }},
+		{"disabled=true", func(k key) bool { return k.disabled }},
+		{"disabled=false", func(k key) bool { return !k.disabled }},
+		{"plan=pro&disabled=false", func(k key) bool { return k.plan == "pro" && !k.disabled }},
+		{"team=acme&disabled=false", func(k key) bool { return k.team == "acme" && !k.disabled }},
+		{"plan=free", func(key) bool { return false }},
+	} {
+		var want, got []string
+		for _, k := range keys {
+			if c.want(k) {
+				want = append(want, k.id)
+			}
+		}
+		after, pages := "", 0
+		for {
+			r := e.do(http.MethodGet, "/v1/admin/keys?limit=2&"+c.query+"&after="+after, "", admin)
+			if r.status != http.StatusOK {
+				t.Fatalf("GET ?%s after %q: %d %s", c.query, after, r.status, r.body)
+			}
+			var page struct {
+				Keys []struct {
+					ID string `json:"id"`
+				} `json:"keys"`
+				Next string `json:"next"`
+			}
+			if err := json.Unmarshal([]byte(r.body), &page); err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Keys) > 2 {
+				t.Fatalf("GET ?%s: a page of %d keys, want at most 2", c.query, len(page.Keys))
+			}
+			for _, k := range page.Keys {
+				got = append(got, k.ID)
+			}
+			if pages++; page.Next == "" || pages > len(keys) {
+				break
+			}
+			after = page.Next
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("GET ?%s pages through %v, want %v", c.query, got, want)
+		}
+	}
+	wantError(t, e.do(http.MethodGet, "/v1/admin/keys?disabled=maybe", "", admin), http.StatusBadRequest, "disabled", `want true or false, got "maybe"`)
+}
