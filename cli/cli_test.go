@@ -18,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/tokenlimit/tokenlimit/internal/redistest"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/resilient"
 )
 
 func TestValidate(t *testing.T) {
@@ -154,6 +157,8 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"serve", "--store-timeout", "-1s", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--store-timeout: must be positive"},
 		{[]string{"serve", "--store-timeout", "0s", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--store-timeout: must be positive"},
 		{[]string{"serve", "--max-keys", "-5", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--max-keys: must be positive"},
+		{[]string{"serve", "--fail-open-keys", "0", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--fail-open-keys: must be positive"},
+		{[]string{"proxy", "--fail-open-keys", "-1", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, "--fail-open-keys: must be positive"},
 		{[]string{"serve", "--reload-every", "-1s", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--reload-every: must not be negative"},
 		{[]string{"serve", "--gc-heap-floor", "-1", "--listen", "127.0.0.1:0", "--grpc-listen", ""}, "--gc-heap-floor: must not be negative"},
 		{[]string{"proxy", "--store-timeout", "-1s", "--config", "../examples/proxy.yaml", "--upstream", "http://127.0.0.1:1"}, "--store-timeout: must be positive"},
@@ -164,6 +169,27 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestFailOpenKeysFlag: --fail-open-keys, on serve and proxy, is the
+// service's FailOpenKeys, the fail-open memory's bound; by default the
+// bound it had before the flag.
+func TestFailOpenKeysFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, resilient.DefaultBound}, {[]string{"--fail-open-keys", "250000"}, 250000}} {
+		var f storeFlags
+		fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		f.register(fl)
+		if err := fl.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.serviceOptions().FailOpenKeys; got != tc.want {
+			t.Errorf("%v: FailOpenKeys %d, want %d", tc.args, got, tc.want)
 		}
 	}
 }

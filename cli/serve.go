@@ -45,6 +45,7 @@ type storeFlags struct {
 	storeTimeout time.Duration
 	maxKeys      int
 	dataDir      string
+	failOpenKeys int
 }
 
 // logFlags choose what is logged and how; serve and proxy share them.
@@ -71,7 +72,14 @@ func (f *storeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.redis, "redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (?addr=host:port repeated for Cluster, ?master_set=name for Sentinel), shared by every replica (default $TOKENLIMIT_REDIS_URL; empty: the embedded store)")
 	fl.DurationVar(&f.storeTimeout, "store-timeout", resilient.DefaultTimeout, "timeout of each Redis call; past it, limits follow their failure mode")
 	fl.IntVar(&f.maxKeys, "max-keys", memstore.DefaultMaxKeys, "most live keys in the embedded store")
+	fl.IntVar(&f.failOpenKeys, "fail-open-keys", resilient.DefaultBound, "most fail-open budgets whose last Redis answer is remembered (about 150 bytes plus the key each), so that while Redis is down each starts its local budget where Redis left it; past it the one whose use ends first among a sample is forgotten")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory where the embedded store keeps the quota plane's teams and keys and a snapshot of its budgets live a minute or more, written every 5 s and at shutdown (empty: in memory only; with --redis both live in Redis)")
+}
+
+// serviceOptions are the service's options the flags set: the store's
+// timeout and the fail-open memory's bound.
+func (f storeFlags) serviceOptions() service.Options {
+	return service.Options{StoreTimeout: f.storeTimeout, FailOpenKeys: f.failOpenKeys}
 }
 
 // validate refuses values that cannot work, naming the flag: a timeout or
@@ -83,6 +91,9 @@ func (f *storeFlags) validate(reloadEvery time.Duration) error {
 	}
 	if f.maxKeys <= 0 {
 		return fmt.Errorf("--max-keys: must be positive, got %d: %w", f.maxKeys, errUsage)
+	}
+	if f.failOpenKeys <= 0 {
+		return fmt.Errorf("--fail-open-keys: must be positive, got %d: %w", f.failOpenKeys, errUsage)
 	}
 	if reloadEvery < 0 {
 		return fmt.Errorf("--reload-every: must not be negative (0: only on SIGHUP), got %s: %w", reloadEvery, errUsage)
@@ -341,11 +352,10 @@ func newService(cfg *config.Config, f storeFlags, tr *tracing, log *slog.Logger)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err = service.New(cfg, service.Options{
-		Store: tr.store(store), StoreTimeout: f.storeTimeout, Stores: named,
-		Registerer: reg, Logger: log, Plane: pl, Tracer: tr.serviceTracer(),
-		Alerts: alert.Options{Webhook: cfg.Alerts.Webhook, Secret: []byte(os.Getenv(cfg.Alerts.SecretEnv))},
-	})
+	opts := f.serviceOptions()
+	opts.Store, opts.Stores, opts.Registerer, opts.Logger, opts.Plane, opts.Tracer = tr.store(store), named, reg, log, pl, tr.serviceTracer()
+	opts.Alerts = alert.Options{Webhook: cfg.Alerts.Webhook, Secret: []byte(os.Getenv(cfg.Alerts.SecretEnv))}
+	svc, err = service.New(cfg, opts)
 	if err != nil {
 		closePlane()
 		closeStore()
