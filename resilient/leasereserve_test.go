@@ -268,3 +268,28 @@ func TestHeldReservationWithTheRestOnTheStore(t *testing.T) {
 		e.wantCount(t, 1)
 	})
 }
+
+// TestHeldReservationRefundAcrossTwoEndedLeases: a reservation paid from
+// two leases that have both ended is refunded on the store in one
+// adjustment of its budget (a store refuses a call that adjusts a budget
+// twice), exactly.
+func TestHeldReservationRefundAcrossTwoEndedLeases(t *testing.T) {
+	t.Parallel()
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		e := newLeaseEnvOn(t, store)
+		p := []resilient.Policy{leased}
+		e.reserveHeld(t, "r1", []tokenlimit.Item{hot(8)}, p) // lease A; B taken (2 left)
+		h2, _ := e.reserveHeld(t, "r2", []tokenlimit.Item{hot(4)}, p)
+		if s := e.stats(); s.Outstanding != 1 || s.Unused != 8 {
+			t.Fatalf("stats %+v: want A used up (2 paid to r2) and B holding 8 (2 paid to r2)", s)
+		}
+		e.clock.Advance(time.Second) // A and B end
+		e.idle(t)
+		e.wantCount(t, 12)
+		e.settle(t, h2, 1, tokenlimit.Settled)
+		e.wantCount(t, 9)
+		if ad := e.store.Adjusts(); ad != 1 {
+			t.Fatalf("%d adjusts; want one refund of 3", ad)
+		}
+	})
+}
