@@ -1,12 +1,15 @@
 package proxy_test
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/internal/testkit"
+	"github.com/tokenlimit/tokenlimit/proxy"
 )
 
 // leasedSpendConfig gives each api key $5.00 a day, leased $0.10 at a
@@ -85,4 +88,47 @@ func redisCalls(t *testing.T, e *env) int64 {
 		n += c
 	}
 	return n
+}
+
+// TestLeasedBudgetStopsAStream: a stream grown chunk by chunk on a leased
+// token budget that stops streams pays its growths from the replica's
+// leases (far fewer store reservations than growths), is stopped with no
+// more delivered than the budget (to within one delta) and no less than
+// the budget less the leases it held, and once the leases are returned
+// the store holds exactly what was delivered.
+func TestLeasedBudgetStopsAStream(t *testing.T) {
+	t.Parallel()
+	const cfg = `
+api_keys:
+  ` + alice + `: {user: alice}
+limits:
+  - {name: tokens, key: [api_key], algorithm: token_bucket, capacity: 10000, refill: 10000/day, lease: {size: 2000, ttl: 1h}}
+`
+	testkit.EachStore(t, func(t *testing.T, store string) {
+		var counted *testkit.FaultStore
+		e := newEnv(t, store, withConfig(cfg), withStore(func(st tokenlimit.Store) tokenlimit.Store {
+			counted = &testkit.FaultStore{Store: st}
+			return counted
+		}))
+		e.up.set(endless)
+		resp := e.send(context.Background(), http.MethodPost, "/v1/chat/completions", alice,
+			`{"model":"gpt-4o","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"Say hello"}]}`)
+		events, err := sseEvents(resp.Body)
+		resp.Body.Close()
+		if err != nil || events[len(events)-1] != "[DONE]" {
+			t.Fatalf("read %v, %v; want the stream stopped", events[max(0, len(events)-2):], err)
+		}
+		s := e.waitSettled()
+		one := count(t, "gpt-4o", word)
+		if !s.Stopped || s.Actual > 10000+one || s.Actual <= 10000-2*2000 {
+			t.Errorf("settlement %+v: want stopped within the budget of 10,000 (less at most the leases' 4,000)", s)
+		}
+		growths := s.Grown / proxy.GrowthChunk
+		if r := counted.Reserves(); growths < 15 || r > growths/2 {
+			t.Errorf("%d growths of %d tokens made %d store reservations; want most paid from the leases", growths, proxy.GrowthChunk, r)
+		}
+		t.Logf("delivered %d of 10,000 in %d growths; %d store reservations", s.Actual, growths, counted.Reserves())
+		e.svc.Close() // returns the leases
+		assertUsed(t, e.used(alice, ""), map[string]int64{"tokens": s.Actual})
+	})
 }
