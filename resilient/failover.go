@@ -17,7 +17,8 @@ import (
 // steps, each in one place:
 //
 //  0. leased items (Policy.Lease) are paid from this replica's leases of
-//     their budgets (leasedecide.go, leases.go); only the rest goes on;
+//     their budgets (leasedecide.go, leases.go; a reservation's when it is
+//     settled in process, leasereserve.go); only the rest goes on;
 //  1. the recovery hold (hold.go): budgets recovering from an outage are
 //     charged on their local budgets first (budget.go's Recovering);
 //  2. the store call through Store (deadline and breaker), preceded by the

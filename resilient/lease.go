@@ -14,7 +14,8 @@ import (
 // window the charge still counts in. A replica that crashes returns
 // nothing: the reservation stands (under-admission, never over-admission).
 // leases.go keeps each budget's leases; leasedecide.go decides calls from
-// them. docs/algorithms.md proves the bounds.
+// them, and leasereserve.go reservations settled in process.
+// docs/algorithms.md proves the bounds.
 
 // recordTTL is how long a lease's reservation is recorded: twice its TTL
 // and recordGrace more (at most tokenlimit.MaxPeriod), so that its return
