@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +34,10 @@ limits:
 type storesEnv struct {
 	*env
 	cfg   *config.Config
-	home  tokenlimit.Store // home's store, past the relay
-	main  tokenlimit.Store
-	relay *tcprelay.Relay
+	home    tokenlimit.Store // home's store, past the relay
+	main    tokenlimit.Store
+	relay   *tcprelay.Relay
+	homeSrv *redistest.Server
 }
 
 func newStoresEnv(t *testing.T, homeTimeout time.Duration) *storesEnv {
@@ -46,7 +48,7 @@ func newStoresEnv(t *testing.T, homeTimeout time.Duration) *storesEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { relay.Close() })
-	se := &storesEnv{cfg: testkit.ParseConfig(t, storesConfig), relay: relay}
+	se := &storesEnv{cfg: testkit.ParseConfig(t, storesConfig), relay: relay, homeSrv: homeSrv}
 	se.home = testkit.RedisStore(t, relay.Addr(), testkit.Rueidis)
 	se.env = newEnv(t, testkit.Redis, storesConfig, t0, func(o *service.Options) {
 		o.Stores = map[string]service.NamedStore{"home": {Store: se.home, Timeout: homeTimeout}}
@@ -288,5 +290,61 @@ limits:
 	if len(events) != 2 || events[0].Limit != "global" || events[0].Threshold != "50%" || events[0].Used != 60 ||
 		events[1].Limit != "local" || events[1].Threshold != "25%" || events[1].Used != 60 {
 		t.Fatalf("events %+v; want global's 50%% and local's 25%%, each at 60", events)
+	}
+}
+
+// homeScripts is how many script calls (FCALL, EVALSHA, EVAL) home's redis-server
+// has run, from INFO commandstats.
+func (se *storesEnv) homeScripts() int {
+	se.t.Helper()
+	info, err := se.homeSrv.Do("INFO", "commandstats")
+	if err != nil {
+		se.t.Fatal(err)
+	}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				if err != nil {
+					se.t.Fatalf("INFO commandstats line %q: %v", line, err)
+				}
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestNamedStoreSettleSkipsStoresNotUsed: a reservation of the main
+// store's limit alone is settled on this replica without a call to home
+// (home's redis-server runs no script); one spanning both stores is
+// settled in home with one call.
+func TestNamedStoreSettleSkipsStoresNotUsed(t *testing.T) {
+	t.Parallel()
+	se := newStoresEnv(t, 0)
+	ctx := context.Background()
+	reserveSettle := func(id string, desc D) int {
+		t.Helper()
+		if d, err := se.svc.Reserve(ctx, id, service.Request{Descriptors: desc, Cost: 3}); err != nil || !d.Reserved {
+			t.Fatalf("reserve %s: %s, %v", id, describe(d), err)
+		}
+		before := se.homeScripts()
+		if st, err := se.svc.Settle(ctx, id, 1); err != nil || st != tokenlimit.Settled {
+			t.Fatalf("settle %s: %v, %v", id, st, err)
+		}
+		return se.homeScripts() - before
+	}
+	if n := reserveSettle("local-only", D{"user": "u1"}); n != 0 {
+		t.Errorf("settling a reservation of local alone ran %d scripts on home, want 0", n)
+	}
+	if n := reserveSettle("both", D{"tenant": "acme", "user": "u1"}); n != 1 {
+		t.Errorf("settling a reservation of global and local ran %d scripts on home, want 1", n)
+	}
+	if got, want := se.left(se.main, "local", "local|user=u1"), int64(98); got != want {
+		t.Errorf("local after two reservations settled to 1: %d left, want %d", got, want)
+	}
+	if got := se.left(se.home, "global", "global|tenant=acme"); got != 4 {
+		t.Errorf("global after one reservation settled to 1: %d left, want 4", got)
 	}
 }
