@@ -44,6 +44,9 @@ type LimitInfo struct {
 	// Lease is the limit's lease terms and what this replica's leases of
 	// it hold; nil for a limit that takes no leases.
 	Lease *LeaseInfo
+	// Store names the named store (stores: in the configuration) where
+	// the limit's budgets live; "" for the main store.
+	Store string
 }
 
 // LeaseInfo is a leased limit's terms and what this replica's leases of
@@ -83,7 +86,7 @@ func (s *Service) Limits() []LimitInfo {
 		out[i] = LimitInfo{
 			Name: l.Name, Match: match, Key: l.Key, Algorithm: l.Limit.Algorithm, Concurrency: l.Concurrency,
 			Quota: l.Limit.Quota, PeriodMs: l.Limit.Period.Milliseconds(), Burst: l.Limit.Burst,
-			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar,
+			Cost: costString(l.Cost), Shadow: l.Shadow, FailOpen: l.FailOpen, Calendar: l.Calendar, Store: l.Store,
 		}
 		if l.Cost.Spend {
 			out[i].Unit = USD.String()

@@ -96,6 +96,12 @@ func TestNamedStoreHoldsItsLimitsBudgets(t *testing.T) {
 	if got := se.remaining(D{"tenant": "acme", "user": "u1"}, "global"); got != 4 {
 		t.Errorf("Inspect: global has %d left, want 4", got)
 	}
+	// The listing says where: home for global, "" (the main store) for local.
+	for _, l := range se.svc.Limits() {
+		if want := map[string]string{"global": "home", "local": ""}[l.Name]; l.Store != want {
+			t.Errorf("Limits: %s's store is %q, want %q", l.Name, l.Store, want)
+		}
+	}
 }
 
 // TestNamedStoreRefusalRefundsTheOtherStores: a request whose limits live

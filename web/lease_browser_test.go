@@ -100,8 +100,13 @@ func TestBrowserLeases(t *testing.T) {
 		if n := eval[int](tb, `document.querySelectorAll('#lim-table .lease').length`); n != 1 {
 			t.Errorf("%d limits show leases, want 1 (hot)", n)
 		}
-		if got := eval[string](tb, `document.querySelector('#lim-table tr[data-limit="per-user"]').cells[4].textContent`); got != "100 per 60 min" {
-			t.Errorf("per-user's budget %q, want only its budget", got)
+		if got := eval[string](tb, `document.querySelector('#lim-table tr[data-limit="per-user"]').cells[4].textContent`); got != "100 per 60 min"+"Kept in the main store" {
+			t.Errorf("per-user's budget %q, want only its budget and its store", got)
+		}
+		// With a limit in a named store, each limit says where its budgets live.
+		stores := eval[string](tb, `[...document.querySelectorAll('#lim-table tbody tr')].map((r) => r.dataset.limit + ': ' + r.querySelector('.store-of')?.textContent).join('; ')`)
+		if want := "hot: Kept in the main store; per-user: Kept in the main store; global: Kept in the store home"; stores != want {
+			t.Errorf("the limits' stores read %q, want %q", stores, want)
 		}
 
 		// The first call takes a lease of 50; ten calls leave 40.
@@ -131,6 +136,10 @@ func TestBrowserLeases(t *testing.T) {
 		if over := eval[bool](tb, `(() => { const l = `+lease+`, r = l.getBoundingClientRect();
 			return r.left < 0 || r.right > window.innerWidth || l.scrollWidth > l.clientWidth + 1; })()`); over {
 			t.Error("at 390 px hot's lease does not fit its cell")
+		}
+		if over := eval[bool](tb, `(() => { const s = document.querySelector('#lim-table tr[data-limit="global"] .store-of'), r = s.getBoundingClientRect();
+			return r.width === 0 || r.left < 0 || r.right > window.innerWidth; })()`); over {
+			t.Error("at 390 px global's store does not show within the screen")
 		}
 		tb.do(chromedp.EmulateViewport(1280, 800))
 		tb.screenshots("limits-leased")

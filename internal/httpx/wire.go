@@ -25,6 +25,9 @@ type Limit struct {
 	Calendar    config.Calendar      `json:"calendar,omitempty"`
 	Unit        string               `json:"unit,omitempty"`
 	Lease       *Lease               `json:"lease,omitempty"`
+	// Store names the named store holding the limit's budgets; absent for
+	// the main store.
+	Store string `json:"store,omitempty"`
 }
 
 // Lease is the JSON shape of a leased limit's terms, what this replica's
@@ -51,7 +54,7 @@ func LimitsOf(ls []service.LimitInfo) []Limit {
 		out[i] = Limit{
 			Name: l.Name, Match: l.Match, Key: l.Key, Algorithm: l.Algorithm, Concurrency: l.Concurrency,
 			Quota: l.Quota, PeriodMs: l.PeriodMs, Burst: l.Burst, Cost: l.Cost, Shadow: l.Shadow,
-			FailOpen: l.FailOpen, Calendar: l.Calendar, Unit: l.Unit,
+			FailOpen: l.FailOpen, Calendar: l.Calendar, Unit: l.Unit, Store: l.Store,
 		}
 		if le := l.Lease; le != nil {
 			out[i].Lease = &Lease{Size: le.Size, TTLMs: le.TTL.Milliseconds(), Outstanding: le.Outstanding, Leased: le.Leased, Unused: le.Unused,

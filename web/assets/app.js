@@ -299,6 +299,12 @@
     bar,
     el('span', { class: 'small lease-since', text: `Since this replica started: ${since.join(', ')}` }));
   }
+  // storeOf says which store keeps a limit's budgets: a named store
+  // (stores: in the configuration) or the main one.
+  const storeOf = (l) => el('span', {
+    class: 'small store-of', 'data-store': l.store || '',
+    text: l.store ? `Kept in the store ${l.store}` : 'Kept in the main store',
+  });
   let limitsCache = null;
   async function loadLimits() {
     limitsCache = await api('/ui/api/limits');
@@ -311,6 +317,8 @@
       const now = JSON.stringify(d.limits);
       if (now === shown) return; // keep a selection in the table while nothing changed
       shown = now;
+      // Where budgets live matters once some live elsewhere than the main store.
+      const named = d.limits.some((l) => l.store);
       setRows($('#lim-table'), d.limits.map((l) => {
         const match = Object.entries(l.match || {});
         const key = l.key.length ? l.name + '|' + l.key.map((k) => `${k}=<${k}>`).join('|') : l.name + ' (one budget for all)';
@@ -319,7 +327,7 @@
           el('td', { text: match.length ? match.map(([k, v]) => `${k} = ${v}`).join(', ') : 'every request' }),
           el('td', {}, el('code', { text: key })),
           el('td', { text: l.concurrency ? 'concurrency' : l.algorithm }),
-          l.lease ? el('td', {}, el('span', { text: budget(l) }), leaseFacts(l)) : el('td', { text: budget(l) }),
+          el('td', {}, el('span', { class: 'budget', text: budget(l) }), named ? storeOf(l) : '', l.lease ? leaseFacts(l) : ''),
           el('td', { text: l.cost === 'request' ? "the request's own cost" : l.cost === 'spend' ? "each call's price in US dollars" : l.cost }),
           el('td', { text: l.fail_open ? 'fail open: allow, counted locally' : 'fail closed: answer 503' }));
       }));
