@@ -51,3 +51,50 @@ func ExampleFailover_lease() {
 	// the store has 9900 left
 	// after Close, the store has 9950 left
 }
+
+// A reservation that this process settles itself, through its handle
+// (an LLM call reserved at its estimate and settled to its usage), is
+// paid from the leases too: ReserveHeld pays the estimate of 40 from the
+// lease, SettleHeld gives the 28 not used back to it, and the store, once
+// the lease is returned, holds exactly the 12 used. A reservation that
+// another replica may settle by id goes through DecideReservation (or a
+// Limiter's Reserve) to the store instead.
+func ExampleFailover_ReserveHeld() {
+	ctx := context.Background()
+	store, err := memstore.New(memstore.Options{})
+	if err != nil {
+		panic(err)
+	}
+	policy := resilient.Policy{Limit: "org", Lease: tokenlimit.Lease{Size: 100, TTL: time.Hour}}
+	f, err := resilient.NewFailover(store, resilient.FailoverOptions{})
+	if err != nil {
+		panic(err)
+	}
+	limit := tokenlimit.FixedWindowLimit(1_000, 24*time.Hour)
+	items := []tokenlimit.Item{{Key: "org=acme", Limit: limit, Cost: 40}}
+	results := make([]tokenlimit.Result, 1)
+	held, a, err := f.ReserveHeld(ctx, tokenlimit.ReserveRequest{ID: tokenlimit.NewID(), Items: items, TTL: time.Minute}, []resilient.Policy{policy}, results)
+	if err != nil || !held.OK() {
+		panic(fmt.Sprint(a, err))
+	}
+	fmt.Println("reserved from the", a.Source)
+	st, err := f.SettleHeld(ctx, held, tokenlimit.SettleRequest{ID: held.ID(), Actual: 12})
+	if err != nil {
+		panic(err)
+	}
+	s := f.LeaseStats()["org"]
+	fmt.Printf("%s: the lease has %d unused\n", st, s.Unused)
+	if err := f.Close(ctx); err != nil {
+		panic(err)
+	}
+	lim, err := tokenlimit.NewLimiter(store)
+	if err != nil {
+		panic(err)
+	}
+	peek, _ := lim.AllowN(ctx, "org=acme", limit, 0)
+	fmt.Println("after Close, the store counts", limit.Capacity()-peek.Remaining)
+	// Output:
+	// reserved from the lease
+	// settled: the lease has 88 unused
+	// after Close, the store counts 12
+}
