@@ -242,3 +242,18 @@ func TestPlaneAdminDuringRedisOutage(t *testing.T) {
 	decisions("after the outage", map[string]int{"open": http.StatusOK, "closed": http.StatusOK, "gone": http.StatusUnauthorized})
 	write(http.MethodPost, "/v1/admin/teams", `{"name": "other"}`, http.StatusCreated)
 }
+
+// TestServeCountsRefusedSecrets: tokenlimit serve counts the refused plane
+// secrets of /v1/check in --auth-failures per caller: past it, that
+// caller's next refusal is a 429.
+func TestServeCountsRefusedSecrets(t *testing.T) {
+	t.Parallel()
+	_, base := child(t, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--admin-token", "secret", "--auth-failures", "2/min")
+	const unknown = "tl-00000000000000000000000000000000000000000000000000000000000000ff"
+	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests} {
+		code, body := call(t, http.MethodPost, base+"/v1/check", `{"descriptors": {"api_key": "`+unknown+`", "remote_address": "203.0.113.7"}}`)
+		if code != want {
+			t.Fatalf("refusal %d: %d %v, want %d", i+1, code, body, want)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/tokenlimit/tokenlimit/alert"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/gcfloor"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/logging"
 	"github.com/tokenlimit/tokenlimit/internal/snapshot"
 	"github.com/tokenlimit/tokenlimit/memstore"
@@ -222,18 +223,19 @@ func serve(ctx context.Context, f serveFlags, out io.Writer) error {
 		return err
 	}
 	handler, err := httpapi.New(svc, httpapi.Options{
-		AdminGate: gate, TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
+		AdminGate: gate, AuthFailures: gate.Failures(), TrustedProxies: proxies, Logger: log, Dashboard: dashboard, Plane: pl,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {
 		return err
 	}
-	return run(ctx, log, f, file, svc, tr.handler(handler), tr.grpcOptions()...)
+	return run(ctx, log, f, file, svc, gate.Failures(), tr.handler(handler), tr.grpcOptions()...)
 }
 
 // run serves until ctx ends, then shuts everything down gracefully.
+// failures counts the RLS API's refused plane secrets (nil: not counted);
 // grpcOpts are the gRPC server's options beyond listenGRPC's.
-func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, svc *service.Service, handler http.Handler, grpcOpts ...grpc.ServerOption) error {
+func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, svc *service.Service, failures *httpx.AuthFailures, handler http.Handler, grpcOpts ...grpc.ServerOption) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	httpLn, err := net.Listen("tcp", f.listen)
@@ -248,7 +250,7 @@ func run(ctx context.Context, log *slog.Logger, f serveFlags, file *configFile, 
 
 	var grpcSrv *grpc.Server
 	if f.grpcListen != "" {
-		if grpcSrv, err = serveGRPC(f.grpcListen, svc, log, cancel, grpcOpts...); err != nil {
+		if grpcSrv, err = serveGRPC(f.grpcListen, svc, failures, log, cancel, grpcOpts...); err != nil {
 			return err
 		}
 	}
@@ -284,10 +286,10 @@ func shutdown(ctx context.Context, httpSrv *http.Server, grpcSrv *grpc.Server) e
 
 // serveGRPC serves the Rate Limit Service, health and reflection; health
 // says NOT_SERVING while the store is degraded, as /readyz answers 503.
-func serveGRPC(addr string, svc *service.Service, log *slog.Logger, fail context.CancelCauseFunc, opts ...grpc.ServerOption) (*grpc.Server, error) {
+func serveGRPC(addr string, svc *service.Service, failures *httpx.AuthFailures, log *slog.Logger, fail context.CancelCauseFunc, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	ready := func(context.Context) bool { return !svc.Health().Degraded }
 	return listenGRPC(addr, log, fail, ready, func(s *grpc.Server) error {
-		return rlsv3.Register(s, svc, rlsv3.Options{Logger: log})
+		return rlsv3.Register(s, svc, rlsv3.Options{Logger: log, AuthFailures: failures})
 	}, opts...)
 }
 

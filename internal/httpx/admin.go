@@ -37,6 +37,10 @@ type AdminGate struct {
 	failures     *AuthFailures // nil: failures are not counted
 }
 
+// Failures is the budget of failed authentications the gate counts its
+// refusals in (nil: none), for the server's other credentials to share.
+func (g *AdminGate) Failures() *AuthFailures { return g.failures }
+
 // adminToken is one admin token's digest and its name.
 type adminToken struct {
 	name  string
@@ -159,7 +163,7 @@ func (g *AdminGate) check(what string, r *http.Request) (string, *refusal) {
 			Message: what + " answer loopback clients only (serve --admin-from-anywhere to change it)"}}
 	}
 	if g.failures != nil {
-		if d, held := g.failures.Held(connAddr(r)); held {
+		if d, held := g.failures.Held(ConnAddr(r)); held {
 			return "", tooManyFailures(d)
 		}
 	}
@@ -184,7 +188,7 @@ func (g *AdminGate) failed(r *http.Request, e *refusal) *refusal {
 	if g.failures == nil {
 		return e
 	}
-	if d, err := g.failures.Failed(r.Context(), connAddr(r)); err == nil && !d.Allowed {
+	if d, err := g.failures.Failed(r.Context(), ConnAddr(r)); err == nil && !d.Allowed {
 		return tooManyFailures(d)
 	}
 	return e
@@ -193,16 +197,26 @@ func (g *AdminGate) failed(r *http.Request, e *refusal) *refusal {
 // tooManyFailures is the 429 of a client whose budget of failed
 // authentications d denied.
 func tooManyFailures(d service.Decision) *refusal {
-	o, _ := d.Tightest()
-	return &refusal{Error: Error{Status: http.StatusTooManyRequests, Field: "Authorization",
-		Message: fmt.Sprintf("too many failed authentications from your address (%s): try again in %s", AuthFailuresLimit, o.RetryAfter.Round(time.Millisecond))},
-		wait: o.RetryAfter}
+	return &refusal{Error: *TooManyFailures(d, "Authorization"), wait: RetryAfter(d)}
 }
 
-// connAddr is the address of r's connection: failed admin attempts are
+// TooManyFailures is the 429 naming field of a client whose budget of
+// failed authentications d denied.
+func TooManyFailures(d service.Decision, field string) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Field: field,
+		Message: fmt.Sprintf("too many failed authentications from your address (%s): try again in %s", AuthFailuresLimit, RetryAfter(d).Round(time.Millisecond))}
+}
+
+// RetryAfter is the wait of d's tightest outcome.
+func RetryAfter(d service.Decision) time.Duration {
+	o, _ := d.Tightest()
+	return o.RetryAfter
+}
+
+// ConnAddr is the address of r's connection: failed admin attempts are
 // counted by it, never by a header the client writes (the loopback rule
 // reads none either).
-func connAddr(r *http.Request) string {
+func ConnAddr(r *http.Request) string {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return ap.Addr().String()
 	}

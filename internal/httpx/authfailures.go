@@ -59,3 +59,36 @@ func clientOf(addr string) map[string]string {
 	}
 	return map[string]string{"ip": addr}
 }
+
+// RefusedKey charges a refused plane secret (an api_key descriptor of a
+// plane key's form that names no usable key) to the client named client,
+// and returns the client's denial when it is past its budget: remembered
+// here, or denied by the store. A valid key is never refused for its
+// client's failures: a client may be a gateway's one address for all its
+// callers, and a secret of 32 random bytes is not guessed by trying. A nil
+// f counts nothing. The charge is made whatever happens to ctx.
+func (f *AuthFailures) RefusedKey(ctx context.Context, client string) (service.Decision, bool) {
+	if f == nil {
+		return service.Decision{}, false
+	}
+	if d, held := f.Held(client); held {
+		return d, true
+	}
+	d, err := f.Failed(ctx, client)
+	return d, err == nil && !d.Allowed
+}
+
+// KeyClient names the client of a call whose api key was refused: the
+// remote_address (Envoy's action of that name) or ip descriptor of its
+// requests, the first given, else conn, the address of the connection (a
+// gateway's, shared by its callers).
+func KeyClient(conn string, descriptors ...map[string]string) string {
+	for _, key := range [...]string{"remote_address", "ip"} {
+		for _, d := range descriptors {
+			if v := d[key]; v != "" {
+				return v
+			}
+		}
+	}
+	return conn
+}

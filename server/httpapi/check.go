@@ -3,7 +3,9 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/tokenlimit/tokenlimit"
@@ -139,7 +141,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
 	}
 	if err != nil {
-		httpx.WriteError(w, a.serviceError(r.Context(), "check", err, single))
+		a.writeServiceError(w, r, "check", err, reqs, single)
 		return
 	}
 	a.logDecision(r.Context(), "check", d, reqs)
@@ -173,7 +175,7 @@ func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
 		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
 	}
 	if err != nil {
-		httpx.WriteError(w, a.serviceError(r.Context(), "reserve", err, single))
+		a.writeServiceError(w, r, "reserve", err, reqs, single)
 		return
 	}
 	a.logDecision(r.Context(), "reserve", d, reqs)
@@ -213,6 +215,36 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 		Settled bool `json:"settled"`
 		Already bool `json:"already"`
 	}{true, st == tokenlimit.AlreadySettled})
+}
+
+// writeServiceError answers err, the service's error for reqs: a refused
+// plane secret (see refusedKey), or as serviceError maps it.
+func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op string, err error, reqs []service.Request, single bool) {
+	if errors.Is(err, service.ErrUnauthorized) {
+		a.refusedKey(w, r, err, reqs)
+		return
+	}
+	httpx.WriteError(w, a.serviceError(r.Context(), op, err, single))
+}
+
+// refusedKey answers a call whose api_key is a plane secret that names no
+// usable key (unknown, revoked, expired, disabled): 401 saying why, or,
+// once its client is past its budget of failed authentications, 429 with
+// Retry-After. The client is the remote_address or ip descriptor of reqs,
+// else the connection's address (see httpx.KeyClient).
+func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs []service.Request) {
+	descs := make([]map[string]string, len(reqs))
+	for i, q := range reqs {
+		descs[i] = q.Descriptors
+	}
+	client := httpx.KeyClient(httpx.ConnAddr(r), descs...)
+	e, _ := httpx.ServiceError(err, true)
+	if d, over := a.opts.AuthFailures.RefusedKey(r.Context(), client); over {
+		e = httpx.TooManyFailures(d, "api_key")
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(httpx.RetryAfter(d).Seconds())), 10))
+	}
+	a.log.DebugContext(r.Context(), "api key refused", "client", client, "status", e.Status, "reason", e.Message)
+	httpx.WriteError(w, e)
 }
 
 // serviceError maps a service error to an answer: invalid input is 400

@@ -49,6 +49,11 @@ type Options struct {
 	// unused): a server's own, shared with its dashboard, whose tokens it
 	// may replace at run time and whose failed attempts it may count.
 	AdminGate *httpx.AdminGate
+	// AuthFailures, if not nil, counts the calls to /v1/check and
+	// /v1/reserve whose api_key is a plane secret that names no usable key,
+	// per client (see httpx.KeyClient), and refuses them with 429 once a
+	// client is past its budget; nil counts nothing (401 each).
+	AuthFailures *httpx.AuthFailures
 	// TrustedProxies are the networks whose X-Forwarded-For the
 	// forward-auth endpoint believes. A request from elsewhere is
 	// attributed to its connection's address.

@@ -18,7 +18,9 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -46,6 +49,19 @@ type Options struct {
 	// while the store is failing; slog.Default() when nil. The service
 	// logs store failures itself.
 	Logger *slog.Logger
+	// AuthFailures, if not nil, counts the requests whose api_key is a
+	// plane secret that names no usable key, per client (see
+	// refusedKey), and tells when a client is past its budget; nil counts
+	// nothing.
+	AuthFailures AuthFailures
+}
+
+// AuthFailures is a budget of failed authentications per client, such as
+// the one a server's admin tokens count theirs in.
+type AuthFailures interface {
+	// RefusedKey charges a refused secret to client, and returns the
+	// client's denial when it is past its budget.
+	RefusedKey(ctx context.Context, client string) (service.Decision, bool)
 }
 
 // Bounds on one RateLimitRequest.
@@ -68,7 +84,7 @@ func Register(s *grpc.Server, svc *service.Service, opts Options) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	rlspb.RegisterRateLimitServiceServer(s, &server{svc: svc, log: opts.Logger})
+	rlspb.RegisterRateLimitServiceServer(s, &server{svc: svc, log: opts.Logger, auth: opts.AuthFailures})
 	return nil
 }
 
@@ -76,6 +92,7 @@ type server struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	svc    *service.Service
 	log    *slog.Logger
+	auth   AuthFailures // nil: refused secrets are not counted
 	limits limitCache
 	// maps holds the descriptor maps of answered requests, emptied, for
 	// later ones: the service reads a request's descriptors only while
@@ -99,6 +116,9 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	d, policies, err := s.svc.CheckMerged(ctx, reqs...)
+	if errors.Is(err, service.ErrUnauthorized) {
+		return s.refusedKey(ctx, req, err), nil
+	}
 	if err != nil {
 		return nil, s.checkError(ctx, err)
 	}
@@ -118,6 +138,66 @@ const (
 	StoreHeader      = "x-tokenlimit-store"
 	StoreUnavailable = "unavailable"
 )
+
+// AuthHeader is the response header of an answer refused for its api key
+// (a plane secret that names no usable key): AuthRefused, or
+// AuthTooManyFailures once the client is past its budget of failed
+// authentications. Envoy adds it to the 429 it sends the client, with the
+// answer's raw_body, which says why.
+const (
+	AuthHeader          = "x-tokenlimit-auth"
+	AuthRefused         = "refused"
+	AuthTooManyFailures = "too-many-failures"
+)
+
+// refusedKey answers a request whose api_key is a plane secret that names
+// no usable key (err says why): OVER_LIMIT for every descriptor, never an
+// error status, which a default Envoy admits. The refusal is counted
+// against the client: the first remote_address entry of the descriptors
+// (Envoy's remote_address action), else the first ip entry, else the
+// gRPC peer (a gateway's address, shared by its callers); past its
+// budget the answer says so, with retry-after.
+func (s *server) refusedKey(ctx context.Context, req *rlspb.RateLimitRequest, err error) *rlspb.RateLimitResponse {
+	client := rlsClient(ctx, req)
+	value, msg := AuthRefused, "tokenlimit: the api key was refused: "+strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")
+	headers := []*corepb.HeaderValue{{Key: AuthHeader, Value: value}}
+	if s.auth != nil {
+		if d, over := s.auth.RefusedKey(ctx, client); over {
+			o, _ := d.Tightest()
+			value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, o.RetryAfter.Round(time.Millisecond))
+			headers = []*corepb.HeaderValue{{Key: AuthHeader, Value: value},
+				{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(o.RetryAfter.Seconds())), 10)}}
+		}
+	}
+	s.log.DebugContext(ctx, "rls: api key refused", "client", client, "answer", value)
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: headers,
+		RawBody: []byte(msg + "\n"), Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT}
+	}
+	return resp
+}
+
+// rlsClient names the client of req: its first remote_address entry, else
+// its first ip entry, else the address of the gRPC peer.
+func rlsClient(ctx context.Context, req *rlspb.RateLimitRequest) string {
+	for _, key := range [...]string{"remote_address", "ip"} {
+		for _, d := range req.GetDescriptors() {
+			for _, e := range d.GetEntries() {
+				if e.GetKey() == key && e.GetValue() != "" {
+					return e.GetValue()
+				}
+			}
+		}
+	}
+	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
+			return ap.Addr().String()
+		}
+		return p.Addr.String()
+	}
+	return "unknown"
+}
 
 // closed answers a decision the store could not give and that fails
 // closed: OVER_LIMIT whatever the filter's failure_mode_deny, since an

@@ -61,12 +61,18 @@ func start(t *testing.T, store string, cfg *config.Config, tweak ...func(*servic
 // returns a client of it; both stop when the test ends.
 func serve(tb testing.TB, svc *service.Service, opts ...grpc.ServerOption) rlspb.RateLimitServiceClient {
 	tb.Helper()
+	return serveWith(tb, svc, rlsv3.Options{}, opts...)
+}
+
+// serveWith is serve with the service's options o.
+func serveWith(tb testing.TB, svc *service.Service, o rlsv3.Options, opts ...grpc.ServerOption) rlspb.RateLimitServiceClient {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(rlsv3.Codec())}, opts...)...)
-	if err := rlsv3.Register(s, svc, rlsv3.Options{}); err != nil {
+	if err := rlsv3.Register(s, svc, o); err != nil {
 		tb.Fatal(err)
 	}
 	done := make(chan error, 1)
