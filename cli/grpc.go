@@ -61,19 +61,27 @@ const requestIDHeader = "x-request-id"
 
 // requestIDs gives every unary call an id, as HTTP requests have: the
 // caller's x-request-id metadata when it is valid (see
-// logging.ValidRequestID), a fresh one otherwise. The id is sent back in
-// the x-request-id response header and is on every line logged with the
-// call's context.
+// logging.ValidRequestID), a fresh one otherwise. The id is on every line
+// logged with the call's context. It is sent back in the x-request-id
+// response header when the caller sent it, and with every error, so that
+// a failed call can be found in the logs; a fresh id is not sent back with
+// an answer: Envoy, the usual caller, neither sends nor reads one, and the
+// header costs about 8% of a decision's instructions (grpc-go indexes each
+// new value in HPACK's dynamic table; envoycompare -callgrind: 88.9k
+// against 81.7k per admitted decision, 77.9k against 70.7k over the
+// limit).
 func requestIDs(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	id := ""
+	id, given := "", false
 	if v := metadata.ValueFromIncomingContext(ctx, requestIDHeader); len(v) == 1 && logging.ValidRequestID(v[0]) {
-		id = v[0]
-	}
-	if id == "" {
+		id, given = v[0], true
+	} else {
 		id = logging.NewRequestID()
 	}
-	_ = grpc.SetHeader(ctx, metadata.MD{requestIDHeader: {id}}) // fails only once headers were sent, which no handler has done yet
-	return handler(logging.WithRequestID(ctx, id), req)
+	resp, err := handler(logging.WithRequestID(ctx, id), req)
+	if given || err != nil {
+		_ = grpc.SetHeader(ctx, metadata.MD{requestIDHeader: {id}}) // fails only once headers were sent, which no unary handler does
+	}
+	return resp, err
 }
 
 // health is grpc.health.v1.Health for the whole server ("") and the Rate

@@ -19,7 +19,8 @@ import (
 
 // With -callgrind N, envoycompare counts instead of timing: tokenlimit
 // serve runs under valgrind's callgrind (with asynchronous preemption off,
-// which valgrind's signal handling needs, and the collector off), the load
+// which valgrind's signal handling needs, RDTSCP unused, which valgrind
+// does not decode, and the collector off), the load
 // generator makes every user's call once and 2,000 more to warm up,
 // callgrind_control zeroes the counters, N calls follow, and
 // callgrind_control dumps them. The dump's total over N is the service's
@@ -50,7 +51,7 @@ func runCallgrind(o options, sc scenario, bin, tmp string) error {
 	}
 	out := filepath.Join(dir, "callgrind.out")
 	o.storeTimeout = max(o.storeTimeout, callgrindStoreTimeout)
-	s, err := startOurs(o, sc, bin, dir, redis.Addr(), "env", "GODEBUG=asyncpreemptoff=1", "GOGC=off",
+	s, err := startOurs(o, sc, bin, dir, redis.Addr(), "env", "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off", "GOGC=off",
 		"valgrind", "--tool=callgrind", "--callgrind-out-file="+out, "--log-file="+filepath.Join(dir, "valgrind.log"))
 	if err != nil {
 		return err
