@@ -221,7 +221,7 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 // plane secret (see refusedKey), or as serviceError maps it.
 func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op string, err error, reqs []service.Request, single bool) {
 	if errors.Is(err, service.ErrUnauthorized) {
-		a.refusedKey(w, r, err, reqs)
+		a.refusedKey(w, r, err, reqs, http.StatusTooManyRequests)
 		return
 	}
 	httpx.WriteError(w, a.serviceError(r.Context(), op, err, single))
@@ -229,10 +229,11 @@ func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op strin
 
 // refusedKey answers a call whose api_key is a plane secret that names no
 // usable key (unknown, revoked, expired, disabled): 401 saying why, or,
-// once its client is past its budget of failed authentications, 429 with
-// Retry-After. The client is the remote_address or ip descriptor of reqs,
-// else the connection's address (see httpx.KeyClient).
-func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs []service.Request) {
+// once its client is past its budget of failed authentications,
+// tooMany (429, or forward-auth's deny_status) with Retry-After. The client
+// is the remote_address or ip descriptor of reqs, else the connection's
+// address (see httpx.KeyClient).
+func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs []service.Request, tooMany int) {
 	descs := make([]map[string]string, len(reqs))
 	for i, q := range reqs {
 		descs[i] = q.Descriptors
@@ -241,6 +242,7 @@ func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs
 	e, _ := httpx.ServiceError(err, true)
 	if d, over := a.opts.AuthFailures.RefusedKey(r.Context(), client); over {
 		e = httpx.TooManyFailures(d, "api_key")
+		e.Status = tooMany
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(httpx.RetryAfter(d).Seconds())), 10))
 	}
 	a.log.DebugContext(r.Context(), "api key refused", "client", client, "status", e.Status, "reason", e.Message)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	reqs := []service.Request{req}
 	d, err := a.svc.Check(r.Context(), reqs...)
+	if errors.Is(err, service.ErrUnauthorized) {
+		a.refusedKey(w, r, err, reqs, denyStatus)
+		return
+	}
 	if err != nil {
 		httpx.WriteError(w, a.serviceError(r.Context(), "forward-auth", err, true))
 		return
