@@ -40,6 +40,27 @@ func answersWithin(t *testing.T, start time.Time, within time.Duration, what str
 	}
 }
 
+// refusedWithinASecondOfExpiry checks that each replica (name → base
+// URL) refuses the key that expires at expiry — probe answers 401 —
+// within a second of it, and none before.
+func refusedWithinASecondOfExpiry(t *testing.T, expiry time.Time, replicas map[string]string, probe func(base string) int) {
+	t.Helper()
+	for name, base := range replicas {
+		var refusedAt time.Time
+		answersWithin(t, expiry, time.Second, "the expired key on "+name, http.StatusUnauthorized, func() int {
+			code := probe(base)
+			if code == http.StatusUnauthorized {
+				refusedAt = time.Now()
+			}
+			return code
+		})
+		if refusedAt.Before(expiry) {
+			t.Errorf("%s refused the key at %v, before its expiry %v", name, refusedAt, expiry)
+		}
+		t.Logf("%s refused the expired key %v after its expiry", name, refusedAt.Sub(expiry))
+	}
+}
+
 // TestServeReplicasAgreeWithinASecond: two tokenlimit serve processes on
 // one redis-server. A key created on A is in force on B, a key disabled on
 // A is refused on B, a key revoked on B is refused on A, each within a
@@ -120,20 +141,7 @@ func TestServeReplicasAgreeWithinASecond(t *testing.T) {
 	expiry := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 	_, secret = create(a, `{"name": "short", "expires_at": "`+expiry.UTC().Format(time.RFC3339Nano)+`"}`)
 	answersWithin(t, time.Now(), time.Second, "an expiring key created on A, used on B", http.StatusOK, func() int { return checkKey(t, b, secret) })
-	for name, base := range map[string]string{"A": a, "B": b} {
-		var refusedAt time.Time
-		answersWithin(t, expiry, time.Second, "the expired key on "+name, http.StatusUnauthorized, func() int {
-			code := checkKey(t, base, secret)
-			if code == http.StatusUnauthorized {
-				refusedAt = time.Now()
-			}
-			return code
-		})
-		if refusedAt.Before(expiry) {
-			t.Errorf("%s refused the key at %v, before its expiry %v", name, refusedAt, expiry)
-		}
-		t.Logf("%s refused the expired key %v after its expiry", name, refusedAt.Sub(expiry))
-	}
+	refusedWithinASecondOfExpiry(t, expiry, map[string]string{"A": a, "B": b}, func(base string) int { return checkKey(t, base, secret) })
 }
 
 // TestPlaneAdminDuringRedisOutage: tokenlimit serve on a Redis that goes
