@@ -33,7 +33,7 @@ limits:
 // redis-server of their own, home reached through a relay.
 type storesEnv struct {
 	*env
-	cfg   *config.Config
+	cfg     *config.Config
 	home    tokenlimit.Store // home's store, past the relay
 	main    tokenlimit.Store
 	relay   *tcprelay.Relay
