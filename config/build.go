@@ -406,20 +406,22 @@ func (b *builder) limit(path []any, r *rawLimit) (Limit, bool) {
 	b.alertAt(path, r, &l)
 	b.wait(path, r, &l)
 	if r.Algorithm != "concurrency" {
-		b.lease(path, r, &l)
+		b.lease(path, r, &l, usd)
 	}
 	return l, len(b.errs) == before
 }
 
-// rawLease is a limit's lease: {size: N, ttl: DURATION}.
+// rawLease is a limit's lease: {size: N, ttl: DURATION}; a usd budget's
+// size is in decimal dollars, as its other amounts.
 type rawLease struct {
-	Size *int64 `yaml:"size"`
-	TTL  string `yaml:"ttl"`
+	Size yaml.Node `yaml:"size"`
+	TTL  string    `yaml:"ttl"`
 }
 
 // lease applies lease, the terms on which replicas lease the budget
-// (tokenlimit.Lease), once the limit's other fields are read.
-func (b *builder) lease(path []any, r *rawLimit, l *Limit) {
+// (tokenlimit.Lease), once the limit's other fields are read; usd says the
+// budget is in dollars.
+func (b *builder) lease(path []any, r *rawLimit, l *Limit, usd bool) {
 	path = at(path, "lease")
 	switch {
 	case r.Lease.Kind == 0:
@@ -431,12 +433,11 @@ func (b *builder) lease(path []any, r *rawLimit, l *Limit) {
 	var raw rawLease
 	b.decode(path, &r.Lease, &raw)
 	var terms tokenlimit.Lease
-	switch {
-	case raw.Size == nil:
+	size, sized := b.amount(at(path, "size"), &raw.Size, usd)
+	if !sized {
 		b.fail(at(path, "size"), "missing: the cost one lease takes from the budget, such as 100")
-	default:
-		terms.Size = *raw.Size
 	}
+	terms.Size = size
 	if raw.TTL == "" {
 		b.fail(at(path, "ttl"), "missing: how long a lease decides calls, such as 5s")
 	} else if d, err := time.ParseDuration(raw.TTL); err != nil {
@@ -444,7 +445,7 @@ func (b *builder) lease(path []any, r *rawLimit, l *Limit) {
 	} else {
 		terms.TTL = d
 	}
-	if raw.Size == nil || terms.TTL == 0 {
+	if !sized || terms.TTL == 0 {
 		return
 	}
 	switch {

@@ -565,7 +565,8 @@ func BenchmarkParseManyAPIKeys(b *testing.B) {
 }
 
 // A lease reads as its terms, on every algorithm that takes one; a
-// calendar month's lease may outlive the day its quota is written per.
+// calendar month's lease may outlive the day its quota is written per; a
+// usd budget's lease is in dollars, as its limit (micro-dollars inside).
 func TestParseLease(t *testing.T) {
 	t.Parallel()
 	cfg, err := config.Parse([]byte(`
@@ -575,12 +576,13 @@ limits:
   - {name: window, algorithm: fixed_window, limit: 1000/min, lease: {size: 50, ttl: 1m}}
   - {name: monthly, algorithm: fixed_window, limit: 5000/day, calendar: month, lease: {size: 50, ttl: 48h}}
   - {name: plain, algorithm: fixed_window, limit: 1000/min}
+  - {name: spend, algorithm: fixed_window, unit: usd, limit: 50/month, lease: {size: 0.25, ttl: 1m}}
 `), "lease.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []tokenlimit.Lease{{Size: 100, TTL: 2 * time.Second}, {Size: 10, TTL: 500 * time.Millisecond},
-		{Size: 50, TTL: time.Minute}, {Size: 50, TTL: 48 * time.Hour}, {}}
+		{Size: 50, TTL: time.Minute}, {Size: 50, TTL: 48 * time.Hour}, {}, {Size: 250_000, TTL: time.Minute}}
 	for i, l := range cfg.Limits {
 		if l.Lease != want[i] {
 			t.Errorf("limit %s: lease %+v, want %+v", l.Name, l.Lease, want[i])

@@ -19,7 +19,7 @@ const leasedSpendConfig = `
 prices:
   gpt-4o: {input: 2.50, cached_input: 1.25, output: 10.00}
 limits:
-  - {name: spend-per-key, key: [api_key], unit: usd, algorithm: fixed_window, limit: 5.00/day, lease: {size: 100000, ttl: 10s}}
+  - {name: spend-per-key, key: [api_key], unit: usd, algorithm: fixed_window, limit: 5.00/day, lease: {size: 0.10, ttl: 10s}}
 api_keys:
   sk-demo-alice-0001: {user: alice}
 `
