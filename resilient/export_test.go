@@ -32,3 +32,30 @@ func LeasesIdle(f *Failover) bool {
 	}
 	return ls.busy.Load() == 0
 }
+
+// LeasesHeldWalked is what f's holders list now, by limit name, found by
+// walking them (Outstanding, Leased and Unused only): what the totals
+// kept as leases change must equal.
+func LeasesHeldWalked(f *Failover) map[string]LeaseStats {
+	out := map[string]LeaseStats{}
+	if f.leases == nil {
+		return out
+	}
+	for i := range f.leases.shards {
+		sh := &f.leases.shards[i]
+		sh.mu.RLock()
+		for _, h := range sh.m {
+			h.mu.Lock()
+			for _, l := range h.leases {
+				s := out[l.name]
+				s.Outstanding++
+				s.Leased += l.size
+				s.Unused += l.unused()
+				out[l.name] = s
+			}
+			h.mu.Unlock()
+		}
+		sh.mu.RUnlock()
+	}
+	return out
+}

@@ -66,6 +66,11 @@ type lease struct {
 	state   leaseState
 	// stop cancels its expiry timer.
 	stop func() bool
+	// totals are its limit's (leases.go); listed says whether it is in
+	// its holder's list, and so counted in totals' outstanding, leased
+	// and unused.
+	totals *leaseTotals
+	listed bool
 }
 
 // The fields of a lease the returning goroutine reads are not changed
@@ -75,3 +80,31 @@ type lease struct {
 
 // unused is what the lease can still admit.
 func (l *lease) unused() int64 { return l.size - l.used }
+
+// list counts l, just put in its holder's list, in its limit's totals.
+// Its holder's lock is held, as for list, unlist and use.
+func (l *lease) list() {
+	l.listed = true
+	l.totals.outstanding.Add(1)
+	l.totals.leased.Add(l.size)
+	l.totals.unused.Add(l.unused())
+}
+
+// unlist takes l, leaving its holder's list, out of its limit's totals.
+func (l *lease) unlist() {
+	if !l.listed {
+		return
+	}
+	l.listed = false
+	l.totals.unused.Add(-l.unused())
+	l.totals.leased.Add(-l.size)
+	l.totals.outstanding.Add(-1)
+}
+
+// use admits n more from l (gives -n back when n < 0).
+func (l *lease) use(n int64) {
+	l.used += n
+	if l.listed {
+		l.totals.unused.Add(-n)
+	}
+}

@@ -134,6 +134,10 @@ func (r *leaseRun) idle() {
 func (r *leaseRun) unused() (n int64, outstanding int) {
 	for _, f := range r.replicas {
 		s := f.LeaseStats()["model"]
+		if w := resilient.LeasesHeldWalked(f)["model"]; w.Outstanding != s.Outstanding || w.Leased != s.Leased || w.Unused != s.Unused {
+			r.t.Fatalf("the lease totals kept hold %d leases of %d, %d unused; the holders %d of %d, %d unused",
+				s.Outstanding, s.Leased, s.Unused, w.Outstanding, w.Leased, w.Unused)
+		}
 		n += s.Unused
 		outstanding += s.Outstanding
 	}

@@ -87,26 +87,38 @@ func (s LeaseStats) add(o LeaseStats) LeaseStats {
 	}
 }
 
-// leaseTotals are one limit's lease events since the table was made: the
-// counts of LeaseTaken, LeaseDenied and LeaseFailed, and the amounts of
-// LeaseReturned and LeaseStood, indexed by LeaseEvent. Safe for
-// concurrent use.
-type leaseTotals [LeaseStood + 1]atomic.Int64
+// leaseTotals are one limit's leases on this replica, kept as they change
+// so that listing them costs the same whatever the number of budgets
+// (walking 100,000 holders took 53-59 ms, BenchmarkLeaseStats):
+//
+//   - events are its lease events since the table was made: the counts of
+//     LeaseTaken, LeaseDenied and LeaseFailed, and the amounts of
+//     LeaseReturned and LeaseStood, indexed by LeaseEvent;
+//   - outstanding, leased and unused are the count, total size and unused
+//     part of the leases its holders list now (lease.list).
+//
+// Safe for concurrent use; each field is read atomically, not all at once.
+type leaseTotals struct {
+	events                      [LeaseStood + 1]atomic.Int64
+	outstanding, leased, unused atomic.Int64
+}
 
 // count adds an event: 1 for a take's outcome, the amount for a return.
 func (t *leaseTotals) count(ev LeaseEvent, amount int64) {
 	switch ev {
 	case LeaseReturned, LeaseStood:
-		t[ev].Add(amount)
+		t.events[ev].Add(amount)
 	default:
-		t[ev].Add(1)
+		t.events[ev].Add(1)
 	}
 }
 
-// stats is t as LeaseStats (nothing held).
+// stats is t as LeaseStats.
 func (t *leaseTotals) stats() LeaseStats {
-	return LeaseStats{Taken: t[LeaseTaken].Load(), Denied: t[LeaseDenied].Load(), Failed: t[LeaseFailed].Load(),
-		Returned: t[LeaseReturned].Load(), Stood: t[LeaseStood].Load()}
+	e := &t.events
+	return LeaseStats{Outstanding: int(t.outstanding.Load()), Leased: t.leased.Load(), Unused: t.unused.Load(),
+		Taken: e[LeaseTaken].Load(), Denied: e[LeaseDenied].Load(), Failed: e[LeaseFailed].Load(),
+		Returned: e[LeaseReturned].Load(), Stood: e[LeaseStood].Load()}
 }
 
 // leaseKey names a budget as the stores do.
@@ -181,8 +193,9 @@ type leases struct {
 	// closing is closed once close has returned every lease: returns
 	// waiting to try again give up.
 	closing chan struct{}
-	// totals are each limit's lease events, by the limit's name (names
-	// come from the policies, so the map is bounded like their metrics).
+	// totals are each limit's lease events and what its leases hold, by
+	// the limit's name (names come from the policies, so the map is
+	// bounded like their metrics).
 	totals sync.Map // string -> *leaseTotals
 }
 
@@ -316,6 +329,7 @@ func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended
 	for _, l := range h.leases {
 		switch {
 		case !now.Before(l.expires):
+			l.unlist()
 			l.state = leaseEnded
 			ended = append(ended, l)
 		default:
@@ -332,6 +346,7 @@ func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended
 func (h *holder) endAll() []*lease {
 	ended := h.leases
 	for _, l := range ended {
+		l.unlist()
 		l.state = leaseEnded
 	}
 	h.leases = nil
@@ -365,7 +380,7 @@ func (h *holder) pay(cost int64, t *leaseTicket) bool {
 	used := 0
 	for j, l := range h.leases {
 		n := min(cost, l.unused())
-		l.used += n
+		l.use(n)
 		t.parts[j] = leasePart{l: l, n: n}
 		if l.unused() == 0 {
 			used++
@@ -375,6 +390,9 @@ func (h *holder) pay(cost int64, t *leaseTicket) bool {
 		}
 	}
 	if used > 0 { // the oldest ones: a lease is used up before the next is touched
+		for _, l := range h.leases[:used] {
+			l.unlist()
+		}
 		n := copy(h.leases, h.leases[used:])
 		clear(h.leases[n:])
 		h.leases = h.leases[:n]
@@ -426,8 +444,9 @@ func (t *leaseTicket) rollback() {
 func (h *holder) restore(l *lease, n int64) {
 	if l.unused() == 0 && n > 0 && !h.gone {
 		h.leases = insertLease(h.leases, l)
+		l.list()
 	}
-	l.used -= n
+	l.use(-n)
 }
 
 // refund gives n of what t paid back at now (a reservation settled below
@@ -448,6 +467,7 @@ func (ls *leases) refund(t *leaseTicket, n int64, now time.Time) (ended [ticketP
 		k := min(n, p.n)
 		n -= k
 		if p.l.state == leaseActive && !now.Before(p.l.expires) {
+			p.l.unlist()
 			p.l.state = leaseEnded
 			h.leases = removeLease(h.leases, p.l)
 			expired = append(expired, p.l)
@@ -560,7 +580,7 @@ func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Li
 		ls.observe(name, LeaseDenied, terms.Size)
 	case out.Status == tokenlimit.Reserved:
 		taken = &lease{id: id, size: terms.Size, name: name, record: recordTTL(terms), recordEnd: sent.Add(recordTTL(terms)),
-			chargedAt: out.At, expires: leaseEnd(sent, limit, terms, res[0])}
+			chargedAt: out.At, expires: leaseEnd(sent, limit, terms, res[0]), totals: ls.totalsOf(name)}
 		h.last, h.lastAt = res[0], now
 		ls.observe(name, LeaseTaken, terms.Size)
 	default: // a fresh id cannot replay, conflict or be closed
@@ -582,6 +602,7 @@ func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Li
 		return
 	}
 	h.leases = append(h.leases, taken)
+	taken.list()
 	taken.stop = ls.after(taken.expires.Sub(now), func() { ls.expire(h, taken) })
 	h.mu.Unlock()
 }
@@ -609,6 +630,7 @@ func (ls *leases) expire(h *holder, l *lease) {
 		h.mu.Unlock()
 		return
 	}
+	l.unlist()
 	l.state = leaseEnded
 	h.leases = removeLease(h.leases, l)
 	h.mu.Unlock()
@@ -710,14 +732,19 @@ func (ls *leases) sleep(d time.Duration) bool {
 // observe counts a lease event in the limit's totals and reports it to
 // the Failover's observer.
 func (ls *leases) observe(name string, ev LeaseEvent, amount int64) {
+	ls.totalsOf(name).count(ev, amount)
+	if ls.f.observer.Lease != nil {
+		ls.f.observer.Lease(name, ev, amount)
+	}
+}
+
+// totalsOf returns the totals of the limit named name.
+func (ls *leases) totalsOf(name string) *leaseTotals {
 	t, ok := ls.totals.Load(name)
 	if !ok {
 		t, _ = ls.totals.LoadOrStore(name, new(leaseTotals))
 	}
-	t.(*leaseTotals).count(ev, amount)
-	if ls.f.observer.Lease != nil {
-		ls.f.observer.Lease(name, ev, amount)
-	}
+	return t.(*leaseTotals)
 }
 
 // endAll ends and removes every holder's leases, for returnAll and close.
@@ -795,23 +822,5 @@ func (ls *leases) stats() map[string]LeaseStats {
 		out[name.(string)] = t.(*leaseTotals).stats()
 		return true
 	})
-	for i := range ls.shards {
-		sh := &ls.shards[i]
-		sh.mu.RLock()
-		for _, h := range sh.m {
-			h.mu.Lock()
-			s := out[h.name]
-			for _, l := range h.leases {
-				s.Outstanding++
-				s.Leased += l.size
-				s.Unused += l.unused()
-			}
-			if s.Outstanding > 0 {
-				out[h.name] = s
-			}
-			h.mu.Unlock()
-		}
-		sh.mu.RUnlock()
-	}
 	return out
 }
