@@ -2,6 +2,7 @@ package resilient
 
 import (
 	"context"
+	"time"
 
 	"github.com/tokenlimit/tokenlimit"
 )
@@ -58,19 +59,26 @@ func (f *Failover) decideLeased(ctx context.Context, items []tokenlimit.Item, po
 			rest = append(rest, i)
 		}
 	}
+	a, err := f.decideRest(ctx, items, policies, results, rest, now)
+	if err != nil || !a.Allowed || a.Full {
+		rollback(tickets)
+	}
+	return a, err
+}
+
+// decideRest decides on the store (or its failure modes) the items at
+// indexes rest, those the leases did not answer at now: when none are
+// left the leases answered the call; when all are, it is decided whole.
+func (f *Failover) decideRest(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result, rest []int, now time.Time) (Answer, error) {
 	switch len(rest) {
 	case 0:
 		return Answer{At: now, Allowed: true, Source: FromLease}, nil
 	case len(items):
 		return f.decide(ctx, items, policies, results)
 	}
-	a, err := onRest(items, policies, results, rest, func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	return onRest(items, policies, results, rest, func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
 		return f.decide(ctx, items, policies, results)
 	})
-	if err != nil || !a.Allowed || a.Full {
-		rollback(tickets)
-	}
-	return a, err
 }
 
 // onRest runs decide on the items at indexes rest (those no lease paid),
@@ -109,15 +117,7 @@ func (f *Failover) Peek(ctx context.Context, items []tokenlimit.Item, policies [
 			rest = append(rest, i)
 		}
 	}
-	switch len(rest) {
-	case 0:
-		return Answer{At: now, Allowed: true, Source: FromLease}, nil
-	case len(items):
-		return f.decide(ctx, items, policies, results)
-	}
-	return onRest(items, policies, results, rest, func(items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
-		return f.decide(ctx, items, policies, results)
-	})
+	return f.decideRest(ctx, items, policies, results, rest, now)
 }
 
 // rollback gives back what tickets paid.
