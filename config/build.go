@@ -456,18 +456,19 @@ func (b *builder) lease(path []any, r *rawLimit, l *Limit, usd bool) {
 	case l.RLSOverride:
 		b.fail(path, "rls_limit_override gives each request its own limit, and a lease is taken on one")
 	}
-	if usd && (terms.Size <= 0 || terms.Size > leaseWindow(l).Capacity()) {
-		b.fail(at(path, "size"), "must be more than $0 and at most the limit's capacity $%s, got $%s", FormatUSD(leaseWindow(l).Capacity()), FormatUSD(terms.Size))
-		return
-	}
-	if err := terms.Validate(leaseWindow(l)); err != nil {
+	window := leaseWindow(l)
+	if err := terms.Validate(window); err != nil {
 		var fe *tokenlimit.FieldError
 		if errors.As(err, &fe) {
 			field := at(path[:len(path)-1])
 			for _, name := range strings.Split(fe.Field, ".") {
 				field = append(field, name)
 			}
-			b.fail(field, "%s", fe.Reason)
+			reason := fe.Reason
+			if usd && fe.Field == "lease.size" { // the same bound, in the budget's dollars
+				reason = fmt.Sprintf("must be more than $0 and at most the limit's capacity $%s, got $%s", FormatUSD(window.Capacity()), FormatUSD(terms.Size))
+			}
+			b.fail(field, "%s", reason)
 		}
 		return
 	}
