@@ -13,8 +13,7 @@ import (
 )
 
 // leasedSpendConfig gives each api key $5.00 a day, leased $0.10 at a
-// time (in micro-dollars) for 10s: the hot key of an organisation's
-// budget.
+// time for 10s: the hot key of an organisation's budget.
 const leasedSpendConfig = `
 prices:
   gpt-4o: {input: 2.50, cached_input: 1.25, output: 10.00}
