@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tokenlimit/tokenlimit/internal/peer"
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/service"
 )
 
@@ -121,7 +121,7 @@ func (g *AdminGate) Wrap(what string, next http.HandlerFunc) http.HandlerFunc {
 			case http.StatusUnauthorized:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="tokenlimit admin"`)
 			case http.StatusTooManyRequests:
-				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.wait.Seconds())), 10))
+				w.Header().Set("Retry-After", strconv.FormatInt(ratelimitheader.Seconds(e.wait), 10))
 			}
 			WriteError(w, &e.Error)
 			return

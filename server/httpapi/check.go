@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/internal/httpx"
+	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/internal/redact"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -243,7 +243,7 @@ func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs
 	if d, over := a.opts.AuthFailures.RefusedKey(r.Context(), client); over {
 		e = httpx.TooManyFailures(d, "api_key")
 		e.Status = tooMany
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(httpx.RetryAfter(d).Seconds())), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(ratelimitheader.Seconds(httpx.RetryAfter(d)), 10))
 	}
 	a.log.DebugContext(r.Context(), "api key refused", "client", client, "status", e.Status, "reason", e.Message)
 	httpx.WriteError(w, e)

@@ -166,7 +166,7 @@ func (s *server) refusedKey(ctx context.Context, req *rlspb.RateLimitRequest, er
 			o, _ := d.Tightest()
 			value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, o.RetryAfter.Round(time.Millisecond))
 			headers = []*corepb.HeaderValue{{Key: AuthHeader, Value: value},
-				{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(o.RetryAfter.Seconds())), 10)}}
+				{Key: "retry-after", Value: strconv.FormatInt(ratelimitheader.Seconds(o.RetryAfter), 10)}}
 		}
 	}
 	s.log.DebugContext(ctx, "rls: api key refused", "client", client, "answer", value)
