@@ -216,11 +216,15 @@ func RetryAfter(d service.Decision) time.Duration {
 // ConnAddr is the address of r's connection: failed admin attempts are
 // counted by it, never by a header the client writes (the loopback rule
 // reads none either).
-func ConnAddr(r *http.Request) string {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+func ConnAddr(r *http.Request) string { return AddrHost(r.RemoteAddr) }
+
+// AddrHost is the IP address of addr, an "ip:port" such as a connection's
+// remote address, or addr itself when it is not of that form.
+func AddrHost(addr string) string {
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
 		return ap.Addr().String()
 	}
-	return r.RemoteAddr
+	return addr
 }
 
 // adminNamePattern is what an admin token's name may be.

@@ -79,13 +79,13 @@ func (f *AuthFailures) RefusedKey(ctx context.Context, client string) (service.D
 }
 
 // KeyClient names the client of a call whose api key was refused: the
-// remote_address (Envoy's action of that name) or ip descriptor of its
-// requests, the first given, else conn, the address of the connection (a
+// remote_address (Envoy's action of that name) or ip descriptor of reqs,
+// the first given, else conn, the address of the connection (a
 // gateway's, shared by its callers).
-func KeyClient(conn string, descriptors ...map[string]string) string {
+func KeyClient(conn string, reqs []service.Request) string {
 	for _, key := range [...]string{"remote_address", "ip"} {
-		for _, d := range descriptors {
-			if v := d[key]; v != "" {
+		for _, q := range reqs {
+			if v := q.Descriptors[key]; v != "" {
 				return v
 			}
 		}

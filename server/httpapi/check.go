@@ -234,11 +234,7 @@ func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op strin
 // is the remote_address or ip descriptor of reqs, else the connection's
 // address (see httpx.KeyClient).
 func (a *api) refusedKey(w http.ResponseWriter, r *http.Request, err error, reqs []service.Request, tooMany int) {
-	descs := make([]map[string]string, len(reqs))
-	for i, q := range reqs {
-		descs[i] = q.Descriptors
-	}
-	client := httpx.KeyClient(httpx.ConnAddr(r), descs...)
+	client := httpx.KeyClient(httpx.ConnAddr(r), reqs)
 	e, _ := httpx.ServiceError(err, true)
 	if d, over := a.opts.AuthFailures.RefusedKey(r.Context(), client); over {
 		e = httpx.TooManyFailures(d, "api_key")

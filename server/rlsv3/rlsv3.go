@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +38,7 @@ import (
 	"github.com/tokenlimit/tokenlimit"
 	"github.com/tokenlimit/tokenlimit/config"
 	"github.com/tokenlimit/tokenlimit/envoycompat"
+	"github.com/tokenlimit/tokenlimit/internal/httpx"
 	"github.com/tokenlimit/tokenlimit/internal/ratelimitheader"
 	"github.com/tokenlimit/tokenlimit/service"
 )
@@ -117,7 +117,7 @@ func (s *server) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReques
 	}
 	d, policies, err := s.svc.CheckMerged(ctx, reqs...)
 	if errors.Is(err, service.ErrUnauthorized) {
-		return s.refusedKey(ctx, req, err), nil
+		return s.refusedKey(ctx, reqs, err), nil
 	}
 	if err != nil {
 		return nil, s.checkError(ctx, err)
@@ -150,15 +150,16 @@ const (
 	AuthTooManyFailures = "too-many-failures"
 )
 
-// refusedKey answers a request whose api_key is a plane secret that names
-// no usable key (err says why): OVER_LIMIT for every descriptor, never an
-// error status, which a default Envoy admits. The refusal is counted
-// against the client: the first remote_address entry of the descriptors
-// (Envoy's remote_address action), else the first ip entry, else the
-// gRPC peer (a gateway's address, shared by its callers); past its
-// budget the answer says so, with retry-after.
-func (s *server) refusedKey(ctx context.Context, req *rlspb.RateLimitRequest, err error) *rlspb.RateLimitResponse {
-	client := rlsClient(ctx, req)
+// refusedKey answers a request, reqs, whose api_key is a plane secret
+// that names no usable key (err says why): OVER_LIMIT for every
+// descriptor, never an error status, which a default Envoy admits. The
+// refusal is counted against the client: the first remote_address entry
+// of the descriptors (Envoy's remote_address action), else the first ip
+// entry, else the gRPC peer (a gateway's address, shared by its callers;
+// see httpx.KeyClient); past its budget the answer says so, with
+// retry-after.
+func (s *server) refusedKey(ctx context.Context, reqs []service.Request, err error) *rlspb.RateLimitResponse {
+	client := httpx.KeyClient(peerAddr(ctx), reqs)
 	value, msg := AuthRefused, "tokenlimit: the api key was refused: "+strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")
 	headers := []*corepb.HeaderValue{{Key: AuthHeader, Value: value}}
 	if s.auth != nil {
@@ -171,30 +172,18 @@ func (s *server) refusedKey(ctx context.Context, req *rlspb.RateLimitRequest, er
 	}
 	s.log.DebugContext(ctx, "rls: api key refused", "client", client, "answer", value)
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: headers,
-		RawBody: []byte(msg + "\n"), Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
+		RawBody: []byte(msg + "\n"), Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(reqs))}
 	for i := range resp.Statuses {
 		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT}
 	}
 	return resp
 }
 
-// rlsClient names the client of req: its first remote_address entry, else
-// its first ip entry, else the address of the gRPC peer.
-func rlsClient(ctx context.Context, req *rlspb.RateLimitRequest) string {
-	for _, key := range [...]string{"remote_address", "ip"} {
-		for _, d := range req.GetDescriptors() {
-			for _, e := range d.GetEntries() {
-				if e.GetKey() == key && e.GetValue() != "" {
-					return e.GetValue()
-				}
-			}
-		}
-	}
+// peerAddr is the IP address of the gRPC peer of ctx; "unknown" without
+// one.
+func peerAddr(ctx context.Context) string {
 	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
-		if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
-			return ap.Addr().String()
-		}
-		return p.Addr.String()
+		return httpx.AddrHost(p.Addr.String())
 	}
 	return "unknown"
 }
