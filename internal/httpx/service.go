@@ -32,7 +32,7 @@ func ServiceError(err error, single bool) (e *Error, failed bool) {
 	case errors.Is(err, tokenlimit.ErrStoreFull):
 		return &Error{Status: http.StatusTooManyRequests, Message: "the key space is full: the rate-limit store holds as many budgets as it may; retry when keys expire"}, false
 	case errors.Is(err, service.ErrUnauthorized):
-		return &Error{Status: http.StatusUnauthorized, Field: "api_key", Message: strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")}, false
+		return &Error{Status: http.StatusUnauthorized, Field: "api_key", Message: RefusalReason(err)}, false
 	case errors.Is(err, service.ErrInvalidRequest):
 		field, reason := splitField(strings.TrimPrefix(err.Error(), service.ErrInvalidRequest.Error()+": "))
 		if single {
@@ -92,4 +92,11 @@ func ResetHandler(svc *service.Service, log *slog.Logger, maxBody int64) http.Ha
 			Reset []string `json:"reset"`
 		}{keys})
 	}
+}
+
+// RefusalReason is why err, a service error matching
+// service.ErrUnauthorized, refused an api key: the plane's reason alone,
+// such as "unknown or revoked key".
+func RefusalReason(err error) string {
+	return strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")
 }

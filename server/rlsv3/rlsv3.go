@@ -160,14 +160,14 @@ const (
 // retry-after.
 func (s *server) refusedKey(ctx context.Context, reqs []service.Request, err error) *rlspb.RateLimitResponse {
 	client := httpx.KeyClient(peerAddr(ctx), reqs)
-	value, msg := AuthRefused, "tokenlimit: the api key was refused: "+strings.TrimPrefix(err.Error(), "unauthorized: plane: unauthorized: ")
+	value, msg := AuthRefused, "tokenlimit: the api key was refused: "+httpx.RefusalReason(err)
 	headers := []*corepb.HeaderValue{{Key: AuthHeader, Value: value}}
 	if s.auth != nil {
 		if d, over := s.auth.RefusedKey(ctx, client); over {
-			o, _ := d.Tightest()
-			value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, o.RetryAfter.Round(time.Millisecond))
+			wait := httpx.RetryAfter(d)
+			value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, wait.Round(time.Millisecond))
 			headers = []*corepb.HeaderValue{{Key: AuthHeader, Value: value},
-				{Key: "retry-after", Value: strconv.FormatInt(ratelimitheader.Seconds(o.RetryAfter), 10)}}
+				{Key: "retry-after", Value: strconv.FormatInt(ratelimitheader.Seconds(wait), 10)}}
 		}
 	}
 	s.log.DebugContext(ctx, "rls: api key refused", "client", client, "answer", value)
