@@ -138,6 +138,19 @@ func (l *lostEnv) setUp(w lostWrite) string {
 	return strings.ReplaceAll(w.path, "%s", id)
 }
 
+// landWithReplyHeld makes the team and key w works on (setUp), sends w
+// with Redis's replies held at the relay, and returns once the write has
+// landed in Redis: the write's path, and where its answer will arrive.
+func (l *lostEnv) landWithReplyHeld(w lostWrite) (string, <-chan response) {
+	l.t.Helper()
+	path := l.setUp(w)
+	before := l.storedSeq()
+	l.relay.Hold(tcprelay.Replies)
+	answer := l.async(w.method, path, w.body)
+	l.waitLanded(before, answer)
+	return path, answer
+}
+
 // TestPlaneWriteReplyLost: an admin write that reached Redis and whose
 // reply was lost (the connection closed while the relay held it) answers
 // as the write did, once the store has asked Redis: the record is as
@@ -149,11 +162,7 @@ func TestPlaneWriteReplyLost(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLostEnv(t, srv)
-			path := l.setUp(w)
-			before := l.storedSeq()
-			l.relay.Hold(tcprelay.Replies)
-			answer := l.async(w.method, path, w.body)
-			l.waitLanded(before, answer)
+			path, answer := l.landWithReplyHeld(w)
 			l.relay.Cut() // the held reply is lost with the connection
 			l.relay.Release(tcprelay.Replies)
 			r := <-answer
@@ -228,11 +237,7 @@ func TestPlaneWriteOutcomeUnknown(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLostEnv(t, srv)
-			path := l.setUp(w)
-			before := l.storedSeq()
-			l.relay.Hold(tcprelay.Replies)
-			answer := l.async(w.method, path, w.body)
-			l.waitLanded(before, answer)
+			path, answer := l.landWithReplyHeld(w)
 			if err := l.relay.Close(); err != nil { // the reply lost, Redis out of reach
 				t.Fatal(err)
 			}
