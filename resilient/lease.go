@@ -101,6 +101,13 @@ func (l *lease) unlist() {
 	l.totals.outstanding.Add(-1)
 }
 
+// markEnded ends l: it leaves its limit's totals and decides nothing more. Its
+// holder's lock is held.
+func (l *lease) markEnded() {
+	l.unlist()
+	l.state = leaseEnded
+}
+
 // use admits n more from l (gives -n back when n < 0).
 func (l *lease) use(n int64) {
 	l.used += n

@@ -329,8 +329,7 @@ func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended
 	for _, l := range h.leases {
 		switch {
 		case !now.Before(l.expires):
-			l.unlist()
-			l.state = leaseEnded
+			l.markEnded()
 			ended = append(ended, l)
 		default:
 			keep = append(keep, l)
@@ -346,8 +345,7 @@ func (h *holder) refresh(limit tokenlimit.Limit, p Policy, now time.Time) (ended
 func (h *holder) endAll() []*lease {
 	ended := h.leases
 	for _, l := range ended {
-		l.unlist()
-		l.state = leaseEnded
+		l.markEnded()
 	}
 	h.leases = nil
 	return ended
@@ -467,8 +465,7 @@ func (ls *leases) refund(t *leaseTicket, n int64, now time.Time) (ended [ticketP
 		k := min(n, p.n)
 		n -= k
 		if p.l.state == leaseActive && !now.Before(p.l.expires) {
-			p.l.unlist()
-			p.l.state = leaseEnded
+			p.l.markEnded()
 			h.leases = removeLease(h.leases, p.l)
 			expired = append(expired, p.l)
 		}
@@ -597,7 +594,7 @@ func (ls *leases) take(h *holder, tk *leaseTake, k leaseKey, limit tokenlimit.Li
 	}
 	if h.gone || h.limit != limit || h.terms != terms || ls.closed.Load() {
 		h.mu.Unlock()
-		taken.state = leaseEnded
+		taken.markEnded()
 		ls.giveBack(taken)
 		return
 	}
@@ -630,8 +627,7 @@ func (ls *leases) expire(h *holder, l *lease) {
 		h.mu.Unlock()
 		return
 	}
-	l.unlist()
-	l.state = leaseEnded
+	l.markEnded()
 	h.leases = removeLease(h.leases, l)
 	h.mu.Unlock()
 	ls.giveBack(l)
