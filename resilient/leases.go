@@ -221,13 +221,11 @@ func (ls *leases) shard(k leaseKey) *leaseShard {
 // when the table is full or closed.
 func (ls *leases) holderOf(it tokenlimit.Item, p Policy) *holder {
 	k := leaseKey{key: it.Key, alg: it.Limit.Algorithm}
-	sh := ls.shard(k)
-	sh.mu.RLock()
-	h := sh.m[k]
-	sh.mu.RUnlock()
+	h := ls.lookup(k)
 	if h != nil || ls.closed.Load() || ls.n.Load() >= ls.maxKeys {
 		return h
 	}
+	sh := ls.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if h = sh.m[k]; h == nil {
@@ -236,6 +234,14 @@ func (ls *leases) holderOf(it tokenlimit.Item, p Policy) *holder {
 		ls.n.Add(1)
 	}
 	return h
+}
+
+// lookup returns the holder of the budget k, nil when it has none.
+func (ls *leases) lookup(k leaseKey) *holder {
+	sh := ls.shard(k)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.m[k]
 }
 
 // pay pays it's cost from the leases of its budget at now, waiting for a
@@ -288,20 +294,13 @@ func (ls *leases) pay(ctx context.Context, it tokenlimit.Item, p Policy, now tim
 // (holder.result) and reports true when it holds a live lease of it on
 // the limit and terms of p; it takes nothing and starts no take.
 func (ls *leases) peek(it tokenlimit.Item, p Policy, now time.Time, r *tokenlimit.Result) bool {
-	k := leaseKey{key: it.Key, alg: it.Limit.Algorithm}
-	sh := ls.shard(k)
-	sh.mu.RLock()
-	h := sh.m[k]
-	sh.mu.RUnlock()
+	h := ls.lookup(leaseKey{key: it.Key, alg: it.Limit.Algorithm})
 	if h == nil {
 		return false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	live := false
-	for _, l := range h.leases {
-		live = live || now.Before(l.expires)
-	}
+	live := slices.ContainsFunc(h.leases, func(l *lease) bool { return now.Before(l.expires) })
 	if h.gone || !live || h.limit != it.Limit || h.terms != p.Lease {
 		return false
 	}
