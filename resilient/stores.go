@@ -181,33 +181,8 @@ func (pt *part) copyResults(results []tokenlimit.Result) {
 // spanning stores answers with the refusing store's answer: Answer.Items
 // are the items it answered.
 func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
-	l, one, err := s.single(policies)
-	switch {
-	case err != nil:
-		return Answer{}, err
-	case one:
-		return s.layers[l].Decide(ctx, items, policies, results)
-	}
-	parts, err := s.split(items, policies, nil, nil)
-	if err != nil {
-		return Answer{}, err
-	}
-	for k := range parts {
-		pt := &parts[k]
-		a, err := pt.layer.Decide(ctx, pt.items, pt.policies, pt.results)
-		if err == nil {
-			pt.copyResults(results)
-		}
-		if err != nil || a.Full || !a.Allowed {
-			s.refund(ctx, parts[:k])
-			if err != nil {
-				return Answer{}, err
-			}
-			return pt.answerOf(a), nil
-		}
-		parts[k].admitted = a
-	}
-	return merge(parts), nil
+	refused := func(a Answer) bool { return a.Full || !a.Allowed }
+	return s.byStore(ctx, items, policies, results, (*Failover).Decide, refused, func(admitted []part) { s.refund(ctx, admitted) })
 }
 
 // Peek is Failover.Peek on the store each item's policy names: a call
@@ -215,12 +190,23 @@ func (s *Stores) Decide(ctx context.Context, items []tokenlimit.Item, policies [
 // part's answer that is not from the store or the leases (a failing
 // store, a full one).
 func (s *Stores) Peek(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result) (Answer, error) {
+	unanswered := func(a Answer) bool { return a.Full || (a.Source != FromStore && a.Source != FromLease) }
+	return s.byStore(ctx, items, policies, results, (*Failover).Peek, unanswered, func([]part) {})
+}
+
+// byStore decides a call with decide on the store each item's policy
+// names: a call spanning stores part by part, in order, until a part's
+// answer ends it (ends), which then answers it once undo has taken back
+// the parts before; a part's error is the call's, after undo.
+func (s *Stores) byStore(ctx context.Context, items []tokenlimit.Item, policies []Policy, results []tokenlimit.Result,
+	decide func(*Failover, context.Context, []tokenlimit.Item, []Policy, []tokenlimit.Result) (Answer, error),
+	ends func(Answer) bool, undo func(admitted []part)) (Answer, error) {
 	l, one, err := s.single(policies)
 	switch {
 	case err != nil:
 		return Answer{}, err
 	case one:
-		return s.layers[l].Peek(ctx, items, policies, results)
+		return decide(s.layers[l], ctx, items, policies, results)
 	}
 	parts, err := s.split(items, policies, nil, nil)
 	if err != nil {
@@ -228,16 +214,18 @@ func (s *Stores) Peek(ctx context.Context, items []tokenlimit.Item, policies []P
 	}
 	for k := range parts {
 		pt := &parts[k]
-		a, err := pt.layer.Peek(ctx, pt.items, pt.policies, pt.results)
-		switch {
-		case err != nil:
-			return Answer{}, err
-		case a.Full || (a.Source != FromStore && a.Source != FromLease):
+		a, err := decide(pt.layer, ctx, pt.items, pt.policies, pt.results)
+		if err == nil {
 			pt.copyResults(results)
+		}
+		if err != nil || ends(a) {
+			undo(parts[:k])
+			if err != nil {
+				return Answer{}, err
+			}
 			return pt.answerOf(a), nil
 		}
-		pt.copyResults(results)
-		pt.admitted = a
+		parts[k].admitted = a
 	}
 	return merge(parts), nil
 }
