@@ -59,14 +59,23 @@ func newPlacements(max int) *placements {
 func (p *placements) where(id string, now time.Time) (on storeSet, known bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pl, ok := p.cur[id]
-	if !ok {
-		pl, ok = p.old[id]
-	}
-	if !ok || !now.Before(pl.expires) {
+	pl, in := p.find(id)
+	if in == nil || !now.Before(pl.expires) {
 		return 0, false
 	}
 	return pl.on, true
+}
+
+// find returns id's placement and the generation holding it; nil when
+// neither does. p.mu is held.
+func (p *placements) find(id string) (placement, map[string]placement) {
+	if pl, ok := p.cur[id]; ok {
+		return pl, p.cur
+	}
+	if pl, ok := p.old[id]; ok {
+		return pl, p.old
+	}
+	return placement{}, nil
 }
 
 // widen adds on to the stores of id, if it is held, before a reserve of
@@ -74,12 +83,9 @@ func (p *placements) where(id string, now time.Time) (on storeSet, known bool) {
 func (p *placements) widen(id string, on storeSet) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pl, ok := p.cur[id]; ok {
+	if pl, in := p.find(id); in != nil {
 		pl.on |= on
-		p.cur[id] = pl
-	} else if pl, ok := p.old[id]; ok {
-		pl.on |= on
-		p.old[id] = pl
+		in[id] = pl
 	}
 }
 
