@@ -258,9 +258,12 @@
     const frac = String(micro % 1e6).padStart(6, '0').replace(/0+$/, '').padEnd(2, '0');
     return `$${Math.floor(micro / 1e6).toLocaleString('en-US')}.${frac}`;
   }
+  // amountsOf is what writes limit l's amounts: usd for a limit in US
+  // dollars, num otherwise.
+  const amountsOf = (l) => (l.unit === 'usd' ? usd : num);
   function budget(l) {
     const per = dur(l.period_ms);
-    const amount = l.unit === 'usd' ? usd : num;
+    const amount = amountsOf(l);
     if (l.calendar) return `${amount(l.quota)} per calendar ${l.calendar}`;
     if (l.concurrency) return `${num(l.quota)} in flight (lease ${per})`;
     switch (l.algorithm) {
@@ -278,7 +281,7 @@
   // Denied and failed takes and amounts left standing show only when
   // there were any.
   function leaseFacts(l) {
-    const le = l.lease, amount = l.unit === 'usd' ? usd : num;
+    const le = l.lease, amount = amountsOf(l);
     const bar = el('span', {
       class: 'meter', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': le.leased, 'aria-valuenow': le.unused,
       'aria-label': `${l.name}: ${amount(le.unused)} of ${amount(le.leased)} leased unused`,
@@ -370,7 +373,7 @@
       // unused shows as used here until it is paid out or returned.
       const lim = limitsCache && limitsCache.limits.find((l) => l.name === s.name);
       if (lim && lim.lease) {
-        const amount = lim.unit === 'usd' ? usd : num;
+        const amount = amountsOf(lim);
         cell.append(el('span', { class: 'small lease-note', text: `Leased: used counts each lease whole, unused parts included (this replica's leases of ${s.name} hold ${amount(lim.lease.unused)} unused, over all its keys).` }));
       }
       if (s.entries && s.entries.length) {
