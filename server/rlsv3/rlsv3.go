@@ -52,16 +52,9 @@ type Options struct {
 	// AuthFailures, if not nil, counts the requests whose api_key is a
 	// plane secret that names no usable key, per client (see
 	// refusedKey), and tells when a client is past its budget; nil counts
-	// nothing.
-	AuthFailures AuthFailures
-}
-
-// AuthFailures is a budget of failed authentications per client, such as
-// the one a server's admin tokens count theirs in.
-type AuthFailures interface {
-	// RefusedKey charges a refused secret to client, and returns the
-	// client's denial when it is past its budget.
-	RefusedKey(ctx context.Context, client string) (service.Decision, bool)
+	// nothing. It may be the budget a server's admin tokens count their
+	// failures in.
+	AuthFailures *httpx.AuthFailures
 }
 
 // Bounds on one RateLimitRequest.
@@ -92,7 +85,7 @@ type server struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	svc    *service.Service
 	log    *slog.Logger
-	auth   AuthFailures // nil: refused secrets are not counted
+	auth   *httpx.AuthFailures // nil: refused secrets are not counted
 	limits limitCache
 	// maps holds the descriptor maps of answered requests, emptied, for
 	// later ones: the service reads a request's descriptors only while
@@ -162,13 +155,11 @@ func (s *server) refusedKey(ctx context.Context, reqs []service.Request, err err
 	client := httpx.KeyClient(peerAddr(ctx), reqs)
 	value, msg := AuthRefused, "tokenlimit: the api key was refused: "+httpx.RefusalReason(err)
 	headers := []*corepb.HeaderValue{{Key: AuthHeader, Value: value}}
-	if s.auth != nil {
-		if d, over := s.auth.RefusedKey(ctx, client); over {
-			wait := httpx.RetryAfter(d)
-			value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, wait.Round(time.Millisecond))
-			headers = []*corepb.HeaderValue{{Key: AuthHeader, Value: value},
-				{Key: "retry-after", Value: strconv.FormatInt(ratelimitheader.Seconds(wait), 10)}}
-		}
+	if d, over := s.auth.RefusedKey(ctx, client); over {
+		wait := httpx.RetryAfter(d)
+		value, msg = AuthTooManyFailures, fmt.Sprintf("tokenlimit: too many failed authentications from %s: try again in %s", client, wait.Round(time.Millisecond))
+		headers = []*corepb.HeaderValue{{Key: AuthHeader, Value: value},
+			{Key: "retry-after", Value: strconv.FormatInt(ratelimitheader.Seconds(wait), 10)}}
 	}
 	s.log.DebugContext(ctx, "rls: api key refused", "client", client, "answer", value)
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT, ResponseHeadersToAdd: headers,
