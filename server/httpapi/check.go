@@ -141,7 +141,7 @@ func (a *api) check(w http.ResponseWriter, r *http.Request) {
 		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
 	}
 	if err != nil {
-		a.writeServiceError(w, r, "check", err, reqs, single)
+		a.writeServiceError(w, r, "check", err, reqs, single, http.StatusTooManyRequests)
 		return
 	}
 	a.logDecision(r.Context(), "check", d, reqs)
@@ -175,7 +175,7 @@ func (a *api) reserve(w http.ResponseWriter, r *http.Request) {
 		return // the client left (while waiting under a limit's wait): nothing was charged, no one to answer
 	}
 	if err != nil {
-		a.writeServiceError(w, r, "reserve", err, reqs, single)
+		a.writeServiceError(w, r, "reserve", err, reqs, single, http.StatusTooManyRequests)
 		return
 	}
 	a.logDecision(r.Context(), "reserve", d, reqs)
@@ -218,10 +218,11 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeServiceError answers err, the service's error for reqs: a refused
-// plane secret (see refusedKey), or as serviceError maps it.
-func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op string, err error, reqs []service.Request, single bool) {
+// plane secret (see refusedKey; tooMany is the status once its client is
+// past its budget), or as serviceError maps it.
+func (a *api) writeServiceError(w http.ResponseWriter, r *http.Request, op string, err error, reqs []service.Request, single bool, tooMany int) {
 	if errors.Is(err, service.ErrUnauthorized) {
-		a.refusedKey(w, r, err, reqs, http.StatusTooManyRequests)
+		a.refusedKey(w, r, err, reqs, tooMany)
 		return
 	}
 	httpx.WriteError(w, a.serviceError(r.Context(), op, err, single))

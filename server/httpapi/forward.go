@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -44,12 +43,8 @@ func (a *api) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	reqs := []service.Request{req}
 	d, err := a.svc.Check(r.Context(), reqs...)
-	if errors.Is(err, service.ErrUnauthorized) {
-		a.refusedKey(w, r, err, reqs, denyStatus)
-		return
-	}
 	if err != nil {
-		httpx.WriteError(w, a.serviceError(r.Context(), "forward-auth", err, true))
+		a.writeServiceError(w, r, "forward-auth", err, reqs, true, denyStatus)
 		return
 	}
 	a.logDecision(r.Context(), "forward-auth", d, reqs)
