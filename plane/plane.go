@@ -89,7 +89,8 @@ func Open(ctx context.Context, store Store, opts Options) (*Plane, error) {
 		opts.Logger = slog.Default()
 	}
 	p := &Plane{store: store, opts: opts, versions: map[string]int64{}, watched: -1, unreadable: map[string]int64{},
-		keyList: ordered[*Key]{id: keyID}, teamKeys: map[string]*ordered[*Key]{}, teamList: ordered[*Team]{id: teamID}}
+		keyList: ordered[*Key]{id: keyID}, teamKeys: map[string]*ordered[*Key]{}, teamList: ordered[*Team]{id: teamID},
+		slots: map[string]*teamSlot{}}
 	if err := p.load(ctx); err != nil {
 		// Run loads once the store answers; until then the plane is empty.
 		p.opts.Logger.Warn("plane: loading the records failed; retrying in the background", "error", err)

@@ -18,9 +18,6 @@ type teamSlot struct {
 func (p *Plane) slot(id string) *teamSlot {
 	s := p.slots[id]
 	if s == nil {
-		if p.slots == nil {
-			p.slots = map[string]*teamSlot{}
-		}
 		s = &teamSlot{}
 		p.slots[id] = s
 	}
