@@ -43,7 +43,8 @@ const (
 )
 
 // lease is one lease of a budget, held by its holder (leases.go), whose
-// lock guards every field but id, size, chargedAt and expires.
+// lock guards every field but id, size, chargedAt, expires and totals, set
+// once when it is made.
 type lease struct {
 	id   string
 	size int64
